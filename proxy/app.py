@@ -1,0 +1,54 @@
+"""The Flask application factory: config in, a ready WSGI app out.
+
+Owns wiring — the upstream HTTP session, one account pool per upstream, the router, the relay,
+the model catalog, the HTTP edge hooks and the blueprints — and nothing else. Called once per
+gunicorn worker, after fork and after gevent has patched the standard library, so every lock,
+session and greenlet here belongs to that worker.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from flask import Flask
+
+from proxy import config as config_module
+from proxy import logs
+from proxy.auth import KeyChecker
+from proxy.blueprints import chat_completions, http, models
+from proxy.catalog import Catalog
+from proxy.config import Config
+from proxy.pool.pool import AccountPool
+from proxy.relay import Relay
+from proxy.routing import Router
+from proxy.upstream import UpstreamClient
+
+
+@dataclass
+class AppState:
+    config: Config
+    relay: Relay
+    catalog: Catalog
+    pools: dict[str, AccountPool]
+
+
+def create_app(config: Config | None = None) -> Flask:
+    if config is None:
+        path = os.environ.get("LLM_PROXY_CONFIG")
+        if not path:
+            raise config_module.ConfigError("", "set LLM_PROXY_CONFIG to the path of the YAML config file")
+        config = config_module.load(path)
+    logs.configure(config.log_level)
+    client = UpstreamClient(trust_env=config.trust_env)
+    pools = {u.name: AccountPool(u) for u in config.upstreams}
+    secrets = tuple(a.api_key for u in config.upstreams for a in u.accounts)
+    relay = Relay(config, Router(config.upstreams), pools, client, secrets)
+    state = AppState(config=config, relay=relay, catalog=Catalog(config, pools, client), pools=pools)
+
+    app = Flask("proxy")
+    app.extensions["llm_proxy"] = state
+    http.install(app, KeyChecker(config.client_keys), KeyChecker(config.admin_keys), config.max_body_bytes)
+    app.register_blueprint(chat_completions.bp)
+    app.register_blueprint(models.bp)
+    return app

@@ -1,0 +1,168 @@
+"""The HTTP edge shared by every endpoint: request ids, auth, CORS, body parsing and errors.
+
+Owns what happens to a request before a blueprint sees it and to every error after: a request
+id on every response and log line; the client (or admin) key check; CORS preflight; reading a
+JSON object body with 400s that say what is wrong; rendering any error as JSON in the caller's
+protocol's envelope — never HTML, never a traceback. Blueprints stay thin because of this.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import uuid
+from typing import Any
+
+from flask import Flask, Response, g, request
+from werkzeug.exceptions import HTTPException
+
+from proxy import logs
+from proxy.auth import KeyChecker, presented_key
+from proxy.errors import ProxyError, invalid, kind_for_status
+from proxy.protocols import registry
+from proxy.protocols.chat_completions.errors import error_body as openai_error_body
+from proxy.relay import RelayResult
+
+log = logging.getLogger("proxy.http")
+
+PUBLIC_PATHS = {"/", "/healthz"}
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+CORS_ALLOW_HEADERS = (
+    "Content-Type, Authorization, X-API-Key, anthropic-version, anthropic-beta, "
+    "anthropic-dangerous-direct-browser-access, OpenAI-Organization, OpenAI-Project, X-Request-Id"
+)
+CORS_HEADERS = {
+    "Access-Control-Allow-Origin": "*",
+    "Access-Control-Allow-Methods": "GET, POST, PUT, DELETE, OPTIONS",
+    "Access-Control-Expose-Headers": "x-request-id, request-id",
+    "Access-Control-Max-Age": "86400",
+}
+ENDPOINTS = "/v1/chat/completions, /v1/messages, /v1/messages/count_tokens, /v1/responses and /v1/models"
+
+
+def protocol_for_path(path: str) -> str:
+    """Which protocol's error envelope a path's callers parse."""
+    if path.startswith("/v1/messages"):
+        return "messages"
+    if path.startswith("/v1/responses"):
+        return "responses"
+    return "chat_completions"
+
+
+def install(app: Flask, client_keys: KeyChecker, admin_keys: KeyChecker, max_body_bytes: int) -> None:
+    app.config["MAX_CONTENT_LENGTH"] = max_body_bytes
+
+    @app.before_request
+    def _begin() -> Response | None:
+        incoming = request.headers.get("x-request-id", "")
+        g.request_id = incoming if _REQUEST_ID.match(incoming) else "req_" + uuid.uuid4().hex
+        logs.request_id.set(g.request_id)
+        if request.method == "OPTIONS":
+            return _preflight()
+        if request.path in PUBLIC_PATHS:
+            return None
+        admin = request.path.startswith("/admin/")
+        key = presented_key(request.headers.get("x-api-key"), request.headers.get("authorization"))
+        if key is None:
+            raise ProxyError(401, "Missing API key: send it as 'Authorization: Bearer <key>' or 'x-api-key: <key>'.",
+                             "authentication")
+        if not (admin_keys if admin else client_keys).check(key):
+            which = "an admin key (admin_keys)" if admin else "a client key (client_keys)"
+            raise ProxyError(401, f"Invalid API key: this endpoint needs {which} from the proxy's config.",
+                             "authentication")
+        return None
+
+    @app.after_request
+    def _finish(resp: Response) -> Response:
+        rid = getattr(g, "request_id", None)
+        if rid:
+            resp.headers["x-request-id"] = rid
+            if protocol_for_path(request.path) == "messages":
+                resp.headers["request-id"] = rid  # what Anthropic clients read
+        for name, value in CORS_HEADERS.items():
+            resp.headers.setdefault(name, value)
+        return resp
+
+    @app.errorhandler(ProxyError)
+    def _proxy_error(err: ProxyError) -> Response:
+        return render_error(err)
+
+    @app.errorhandler(HTTPException)
+    def _http_error(exc: HTTPException) -> Response:
+        status = exc.code or 500
+        if status == 404:
+            message = f"Unknown path {request.method} {request.path}. This proxy serves {ENDPOINTS}."
+        elif status == 405:
+            allowed = ", ".join(sorted(m for m in (exc.valid_methods or []) if m not in ("HEAD", "OPTIONS")))  # type: ignore[attr-defined]
+            message = f"Method {request.method} is not allowed on {request.path}; use {allowed or 'another method'}."
+        elif status == 413:
+            message = (f"Request body is larger than this proxy accepts ({max_body_bytes} bytes; "
+                       "the limit is the config key max_body_bytes).")
+        else:
+            message = exc.description or exc.name
+        return render_error(ProxyError(status, message, kind_for_status(status)))
+
+    @app.errorhandler(Exception)
+    def _unexpected(exc: Exception) -> Response:
+        log.exception("unhandled error")
+        rid = getattr(g, "request_id", "-")
+        return render_error(ProxyError(500, f"Internal error in the proxy (request id {rid}); "
+                                            "the proxy's log has the details.", "api_error"))
+
+
+def _preflight() -> Response:
+    resp = Response(b"", status=200)
+    requested = request.headers.get("Access-Control-Request-Headers")
+    # Browsers SDKs send vendor headers (x-stainless-*); echoing the request keeps them allowed.
+    resp.headers["Access-Control-Allow-Headers"] = requested or CORS_ALLOW_HEADERS
+    return resp
+
+
+def render_error(err: ProxyError) -> Response:
+    protocol = protocol_for_path(request.path)
+    headers = dict(err.headers)
+    if err.raw_body is not None:
+        return Response(err.raw_body, status=err.info.status, mimetype="application/json", headers=headers)
+    client = registry.CLIENTS.get(protocol)
+    body = client.error_body(err.info) if client else openai_error_body(err.info)
+    if err.info.status >= 500:
+        log.warning("answering %d: %s", err.info.status, err.info.message)
+    return Response(json.dumps(body), status=err.info.status, mimetype="application/json", headers=headers)
+
+
+def json_body() -> dict[str, Any]:
+    """The request body as a JSON object, or a 400 that says what is wrong with it."""
+    mimetype = request.mimetype
+    if not mimetype:
+        raise invalid("", "Missing Content-Type header: send 'Content-Type: application/json'.")
+    if mimetype != "application/json" and not mimetype.endswith("+json"):
+        raise invalid("", f"Content-Type is {mimetype!r}; this endpoint takes 'application/json'.")
+    data = request.get_data(cache=False)
+    if not data.strip():
+        raise invalid("", "The request body is empty; send a JSON object.")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise invalid("", f"The request body is not valid UTF-8 (bad byte at offset {exc.start}).") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise invalid("", f"The request body is not valid JSON: {exc.msg} at line {exc.lineno} "
+                          f"column {exc.colno}.") from None
+    except RecursionError:
+        raise invalid("", "The request body nests JSON too deeply.") from None
+    if not isinstance(doc, dict):
+        raise invalid("", "The request body must be a JSON object.")
+    return doc
+
+
+def relay_response(result: RelayResult) -> Response:
+    if isinstance(result.body, bytes):
+        return Response(result.body, status=result.status, headers=result.headers)
+    return Response(result.body, status=result.status, headers=result.headers, direct_passthrough=True)
+
+
+def client_socket() -> Any:
+    """The client's socket when served by gunicorn (used to notice a client hanging up)."""
+    return request.environ.get("gunicorn.socket")

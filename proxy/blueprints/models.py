@@ -1,0 +1,32 @@
+"""`GET /v1/models` and `GET /v1/models/<id>`, in a shape both OpenAI and Anthropic SDKs accept,
+plus the unauthenticated `/` and `/healthz` that probes and Claude Code's startup `HEAD /` hit."""
+
+from __future__ import annotations
+
+from flask import Blueprint, Response, current_app, g, jsonify
+
+from proxy import __version__
+from proxy.catalog import model_list, model_object
+from proxy.errors import ProxyError
+
+bp = Blueprint("models", __name__)
+
+
+@bp.get("/v1/models")
+def list_models() -> Response:
+    return jsonify(model_list(current_app.extensions["llm_proxy"].catalog.models(g.request_id)))
+
+
+@bp.get("/v1/models/<path:model_id>")
+def get_model(model_id: str) -> Response:
+    for model in current_app.extensions["llm_proxy"].catalog.models(g.request_id):
+        if model.id == model_id:
+            return jsonify(model_object(model))
+    raise ProxyError(404, f"The model {model_id!r} does not exist on this proxy; GET /v1/models lists them.",
+                     "not_found", code="model_not_found", param="model")
+
+
+@bp.get("/")
+@bp.get("/healthz")
+def health() -> Response:
+    return jsonify({"service": "llm-proxy", "version": __version__, "status": "ok"})

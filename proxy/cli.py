@@ -1,0 +1,167 @@
+"""The `llm-proxy` command: `serve`, `demo` and `check-config`.
+
+Owns the command line: validating the config before anything starts (an invalid config exits
+with status 2 and one line naming the key and the problem — no traceback), starting gunicorn
+with the settings in `proxy.serving`, and for `demo`, starting the simulated upstream beside
+the proxy and printing how to talk to it.
+
+Import-light on purpose: this process becomes gunicorn's master, and the gevent workers it
+forks must monkey-patch the standard library before Flask or requests are imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+from typing import Any
+
+from proxy import __version__, serving
+from proxy.config import ConfigError, load
+
+DEMO_CLIENT_KEY = "sk-demo"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="llm-proxy", description="Let any LLM client talk to any LLM backend.")
+    parser.add_argument("--version", action="version", version=f"llm-proxy {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the proxy with gunicorn + gevent")
+    serve.add_argument("--config", required=True, help="YAML config file")
+    serve.add_argument("--bind", default=None, help="HOST:PORT to listen on (default 127.0.0.1:8080)")
+    serve.add_argument("--workers", type=int, default=None, help="gevent worker processes (default 1)")
+
+    demo = sub.add_parser("demo", help="run the proxy in front of a built-in simulated upstream")
+    demo.add_argument("--bind", default="127.0.0.1:8080", help="HOST:PORT for the proxy (default 127.0.0.1:8080)")
+
+    check = sub.add_parser("check-config", help="validate a config file and exit")
+    check.add_argument("config", help="YAML config file")
+
+    args = parser.parse_args(argv)
+    if args.command == "check-config":
+        return _check(args.config)
+    if args.command == "serve":
+        return _serve(args.config, args.bind, args.workers)
+    return _demo(args.bind)
+
+
+def _check(path: str) -> int:
+    try:
+        config = load(path)
+    except ConfigError as exc:
+        print(f"llm-proxy: config error: {exc}", file=sys.stderr)
+        return 2
+    accounts = sum(len(u.accounts) for u in config.upstreams)
+    print(f"{path}: OK ({len(config.upstreams)} upstream(s), {accounts} account(s))")
+    return 0
+
+
+def _serve(path: str, bind: str | None, workers: int | None) -> int:
+    try:
+        load(path)
+    except ConfigError as exc:
+        print(f"llm-proxy: config error: {exc}", file=sys.stderr)
+        return 2
+    os.environ["LLM_PROXY_CONFIG"] = os.path.abspath(path)
+    _run_gunicorn(serving.settings(bind=bind, workers=workers))
+    return 0
+
+
+def _run_gunicorn(options: dict[str, Any]) -> None:
+    from gunicorn.app.base import BaseApplication
+
+    class ProxyServer(BaseApplication):
+        def load_config(self) -> None:
+            for key, value in options.items():
+                self.cfg.set(key, value)
+
+        def load(self) -> Any:
+            from proxy.wsgi import app  # in the worker, after gevent has patched the stdlib
+
+            return app
+
+    ProxyServer().run()
+
+
+def _demo(bind: str) -> int:
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    upstream = subprocess.Popen(
+        [sys.executable, "-m", "proxy.demo", "--fd", str(listener.fileno()), "--parent-pid", str(os.getpid())],
+        pass_fds=[listener.fileno()],
+    )
+    listener.close()
+    with tempfile.TemporaryDirectory(prefix="llm-proxy-demo-") as tmp:
+        path = os.path.join(tmp, "demo.yaml")
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(demo_config(f"http://127.0.0.1:{port}/v1"))
+        os.environ["LLM_PROXY_CONFIG"] = path
+        print(banner(bind), flush=True)
+        try:
+            _run_gunicorn(serving.settings(bind=bind, workers=1))
+        finally:
+            upstream.terminate()
+            upstream.wait(timeout=5)
+    return 0
+
+
+def demo_config(upstream_url: str) -> str:
+    return textwrap.dedent(f"""\
+        client_keys: [{DEMO_CLIENT_KEY}]
+        upstreams:
+          - name: demo
+            protocol: openai
+            base_url: {upstream_url}
+            accounts:
+              - {{id: demo-1, api_key: sk-demo-upstream-1}}
+              - {{id: demo-2, api_key: sk-demo-upstream-2}}
+        """)
+
+
+def banner(bind: str) -> str:
+    host, _, port = bind.rpartition(":")
+    host = "127.0.0.1" if host in ("", "0.0.0.0") else host.strip("[]")
+    root = f"http://{host}:{port}"
+    return textwrap.dedent(f"""\
+        llm-proxy {__version__} demo: the proxy in front of a simulated OpenAI-compatible upstream.
+
+          Base URL:    {root}/v1
+          Client key:  {DEMO_CLIENT_KEY}
+          Models:      any name works (try demo-model); GET {root}/v1/models lists some
+
+        curl (watch the answer arrive word by word):
+
+          curl -N {root}/v1/chat/completions -H 'Authorization: Bearer {DEMO_CLIENT_KEY}' \\
+            -H 'Content-Type: application/json' \\
+            -d '{{"model": "demo-model", "stream": true, "messages": [{{"role": "user", "content": "Hello!"}}]}}'
+
+        OpenAI SDK (pip install openai):
+
+          from openai import OpenAI
+          client = OpenAI(base_url="{root}/v1", api_key="{DEMO_CLIENT_KEY}")
+          stream = client.chat.completions.create(model="demo-model", stream=True,
+                                                  messages=[{{"role": "user", "content": "Hello!"}}])
+          for chunk in stream:
+              print(chunk.choices[0].delta.content or "", end="", flush=True)
+
+        Anthropic SDK (pip install anthropic):
+
+          from anthropic import Anthropic
+          client = Anthropic(base_url="{root}", api_key="{DEMO_CLIENT_KEY}")
+          with client.messages.stream(model="demo-model", max_tokens=512,
+                                      messages=[{{"role": "user", "content": "Hello!"}}]) as stream:
+              for text in stream.text_stream:
+                  print(text, end="", flush=True)
+
+        Put [demo:reasoning], [demo:parallel] (with tools), [demo:length] or [demo:status=429] in a
+        message to see reasoning, parallel tool calls, truncation or an upstream error. Ctrl-C stops.
+        """)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

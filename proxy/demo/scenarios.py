@@ -1,0 +1,281 @@
+"""What the simulated OpenAI-compatible upstream answers, decided from the request alone.
+
+Owns the demo's behaviour as a plan of steps — chunks to send, pauses, holds, a dropped
+connection — so the server only executes it. By default the answer is text streamed word by
+word with realistic pacing; with `tools` the model calls a tool (with arguments built from the
+tool's JSON schema, so Codex's shell tool gets a harmless command) and, once the last message
+is the tool's result, answers in text. Directives in the last user message, written
+`[demo:NAME]` or `[demo:NAME=VALUE]`, ask for the rest:
+
+  reasoning         stream `reasoning_content` before the answer (also: reasoning_effort set,
+                    or a model name containing "reason")
+  parallel          two tool calls;   interleave  two tool calls whose fragments alternate
+  tool=NAME         call that tool;   length      stop early with finish_reason "length"
+  words=N           answer length;    pace=MS     delay between chunks (default 30)
+  status=CODE       fail with that HTTP status and an OpenAI error body
+  fail-midstream    an error chunk after a few words, then the connection closes
+  drop              close the connection mid-stream, without finish or [DONE]
+  quirky            the compatible-server quirks the proxy normalises (see chat passthrough)
+  usage-on-finish   usage on the finish chunk instead of its own chunk
+  prefill=S         wait S seconds before the first chunk;  pause=S  go silent S s after it
+  hold              after the first chunk, wait until POST /_demo/release?request_id=… (tests)
+  endless           keep streaming until the client goes away (tests)
+Pure: must not import Flask, requests or gevent.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+_DIRECTIVE = re.compile(r"\[demo:([a-z-]+)(?:=([^\]]*))?\]")
+DEFAULT_PACE_MS = 30.0
+ANSWER = (
+    "Hello from the llm-proxy demo upstream. Your request travelled through the proxy, which picked "
+    "an account from its pool, translated the protocol where needed, and is now relaying this answer "
+    "to you word by word, exactly as a real model would stream it."
+)
+
+
+@dataclass
+class Step:
+    kind: str  # chunk | raw | sleep | hold | endless | drop
+    payload: Any = None
+
+
+@dataclass
+class Plan:
+    status: int = 200
+    error: dict[str, Any] | None = None
+    steps: list[Step] = field(default_factory=list)
+    body: dict[str, Any] | None = None  # the non-stream answer
+    done: bool = True  # end with data: [DONE]
+
+
+def directives(body: dict[str, Any]) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for msg in body.get("messages") or []:
+        if isinstance(msg, dict) and msg.get("role") in ("user", "system", "developer"):
+            for name, value in _DIRECTIVE.findall(_text(msg.get("content"))):
+                found[name] = value
+    return found
+
+
+def plan(body: dict[str, Any]) -> Plan:
+    d = directives(body)
+    if "status" in d:
+        status = int(d["status"] or 500)
+        return Plan(status=status, error={"error": {"message": f"demo upstream failure {status}",
+                                                    "type": "demo_error", "param": None, "code": str(status)}})
+    model = str(body.get("model") or "demo-model")
+    chunker = _Chunker(model, quirky="quirky" in d)
+    pace = float(d.get("pace", DEFAULT_PACE_MS)) / 1000.0
+    messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+    tools = [t for t in body.get("tools") or [] if isinstance(t, dict)]
+    last = messages[-1] if messages else {}
+    reasoning = "reasoning" in d or bool(body.get("reasoning_effort")) or "reason" in model
+    words_limit = int(d["words"]) if d.get("words") else None
+
+    steps: list[Step] = []
+    if "prefill" in d:
+        steps.append(Step("sleep", float(d["prefill"])))
+    steps.append(Step("chunk", chunker.chunk({"role": "assistant", "content": ""})))
+    if "hold" in d:
+        steps.append(Step("hold"))
+    if "pause" in d:
+        steps.append(Step("sleep", float(d["pause"])))
+    if "endless" in d:
+        steps.append(Step("endless", chunker))
+        return Plan(steps=steps)
+
+    if reasoning:
+        for word in _words("The user wants an answer. I will think briefly and then reply clearly."):
+            steps += [Step("chunk", chunker.chunk({"reasoning_content": word})), Step("sleep", pace)]
+
+    calls: list[tuple[str, str]] = []
+    if tools and last.get("role") != "tool":
+        calls = _tool_calls(tools, d)
+        text = ""
+    elif last.get("role") == "tool":
+        text = f"The tool returned: {_text(last.get('content'))[:200]}. That completes the task."
+    else:
+        text = ANSWER
+    words = _words(text)
+    finish = "tool_calls" if calls else "stop"
+    if "length" in d:
+        words, finish = words[:5], "length"
+    elif words_limit is not None:
+        words = (words * (words_limit // max(len(words), 1) + 1))[:words_limit]
+    for i, word in enumerate(words):
+        steps += [Step("chunk", chunker.chunk({"content": word})), Step("sleep", pace)]
+        if i == 2 and "fail-midstream" in d:
+            steps.append(Step("chunk", {"error": {"message": "demo upstream failed mid-stream",
+                                                  "type": "server_error", "param": None, "code": None}}))
+            steps.append(Step("drop"))
+            return Plan(steps=steps, done=False)
+        if i == 2 and "drop" in d:
+            steps.append(Step("drop"))
+            return Plan(steps=steps, done=False)
+    steps += _tool_steps(calls, chunker, pace, interleave="interleave" in d)
+
+    prompt_tokens, completion_tokens = _estimate_tokens(body), len(words) + 10 * len(calls)
+    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+             "total_tokens": prompt_tokens + completion_tokens,
+             "prompt_tokens_details": {"cached_tokens": 0},
+             "completion_tokens_details": {"reasoning_tokens": 14 if reasoning else 0}}
+    want_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+    if "usage-on-finish" in d or chunker.quirky:
+        steps.append(Step("chunk", chunker.chunk({}, finish, usage=usage)))
+    else:
+        steps.append(Step("chunk", chunker.chunk({}, finish)))
+        if want_usage:
+            steps.append(Step("chunk", chunker.usage_chunk(usage)))
+    return Plan(steps=steps, body=_whole(model, text, calls, finish, usage, reasoning, words),
+                done=not chunker.quirky)
+
+
+def _whole(model: str, text: str, calls: list[tuple[str, str]], finish: str, usage: dict[str, Any],
+           reasoning: bool, words: list[str]) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(words) or None}
+    if reasoning:
+        message["reasoning_content"] = "The user wants an answer. I will think briefly and then reply clearly."
+    if calls:
+        message["tool_calls"] = [
+            {"id": f"call_demo{i}", "type": "function", "function": {"name": name, "arguments": args}}
+            for i, (name, args) in enumerate(calls)
+        ]
+    return {"id": "chatcmpl-demo" + uuid.uuid4().hex[:12], "object": "chat.completion", "created": int(time.time()),
+            "model": model, "choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": usage}
+
+
+class _Chunker:
+    def __init__(self, model: str, quirky: bool) -> None:
+        self.quirky = quirky
+        self.model = "" if quirky else model
+        self.id = f"stream:chat:{uuid.uuid4()}" if quirky else "chatcmpl-demo" + uuid.uuid4().hex[:12]
+        self.created = int(time.time())
+
+    def chunk(self, delta: dict[str, Any], finish: str | None = None, usage: Any = None) -> dict[str, Any]:
+        if self.quirky:
+            delta = {"role": "assistant", **delta}  # role repeated on every chunk
+        chunk: dict[str, Any] = {
+            "id": self.id, "object": "chat.completion" if self.quirky else "chat.completion.chunk",
+            "created": self.created, "model": self.model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+        }
+        if usage is not None:
+            chunk["usage"] = usage
+        return chunk
+
+    def usage_chunk(self, usage: dict[str, Any]) -> dict[str, Any]:
+        return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                "choices": [], "usage": usage}
+
+    def tool_delta(self, index: int, call_id: str | None, name: str | None, args: str) -> dict[str, Any]:
+        entry: dict[str, Any] = {"index": index, "function": {"arguments": args}}
+        if call_id is not None or self.quirky:
+            entry["id"] = call_id or f"call_demo{index}"
+            entry["type"] = "function"
+            entry["function"]["name"] = name or ""
+        return self.chunk({"tool_calls": [entry]})
+
+
+def _tool_calls(tools: list[dict[str, Any]], d: dict[str, str]) -> list[tuple[str, str]]:
+    specs = [(_tool_name(t), _tool_schema(t)) for t in tools]
+    specs = [(n, s) for n, s in specs if n]
+    if not specs:
+        return []
+    if d.get("tool"):
+        specs = [s for s in specs if s[0] == d["tool"]] or specs
+    count = 2 if ("parallel" in d or "interleave" in d) else 1
+    chosen = [specs[i % len(specs)] for i in range(count)]
+    return [(name, json.dumps(sample_arguments(schema, name, i))) for i, (name, schema) in enumerate(chosen)]
+
+
+def _tool_steps(calls: list[tuple[str, str]], chunker: _Chunker, pace: float, interleave: bool) -> list[Step]:
+    pieces = [[args[j:j + 8] for j in range(0, len(args), 8)] or [""] for _, args in calls]
+    steps: list[Step] = []
+    if interleave:
+        for i, (name, _) in enumerate(calls):
+            steps.append(Step("chunk", chunker.tool_delta(i, f"call_demo{i}", name, "")))
+        for j in range(max((len(p) for p in pieces), default=0)):
+            for i in range(len(calls)):
+                if j < len(pieces[i]):
+                    steps += [Step("chunk", chunker.tool_delta(i, None, None, pieces[i][j])), Step("sleep", pace)]
+        return steps
+    for i, (name, _) in enumerate(calls):
+        steps.append(Step("chunk", chunker.tool_delta(i, f"call_demo{i}", name, "")))
+        for piece in pieces[i]:
+            steps += [Step("chunk", chunker.tool_delta(i, None, None, piece)), Step("sleep", pace)]
+    return steps
+
+
+def sample_arguments(schema: Any, tool_name: str, seed: int = 0) -> dict[str, Any]:
+    """Plausible arguments for a JSON schema: required properties filled with harmless values."""
+    if not isinstance(schema, dict):
+        return {}
+    props = schema.get("properties") or {}
+    required = schema.get("required") or list(props)[:1]
+    args: dict[str, Any] = {}
+    for name in required:
+        spec = props.get(name) or {}
+        args[name] = _sample_value(name, spec, tool_name, seed)
+    return args
+
+
+def _sample_value(name: str, spec: dict[str, Any], tool_name: str, seed: int) -> Any:
+    kind = spec.get("type")
+    command = "echo hello from the llm-proxy demo"
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "string")
+    if spec.get("enum"):
+        return spec["enum"][0]
+    if kind == "array":
+        if name in ("command", "cmd", "argv"):
+            return ["bash", "-lc", command]
+        return [_sample_value(name, spec.get("items") or {"type": "string"}, tool_name, seed)]
+    if kind in ("integer", "number"):
+        return 1000 if "timeout" in name else seed + 1
+    if kind == "boolean":
+        return False
+    if kind == "object":
+        return sample_arguments(spec, tool_name, seed)
+    if name in ("command", "cmd", "script"):
+        return command
+    if name in ("city", "location"):
+        return ["Paris", "Tokyo"][seed % 2]
+    return f"demo-{name}-{seed}"
+
+
+def _tool_name(tool: dict[str, Any]) -> str:
+    return str(_function(tool).get("name") or "")
+
+
+def _tool_schema(tool: dict[str, Any]) -> Any:
+    return _function(tool).get("parameters")
+
+
+def _function(tool: dict[str, Any]) -> dict[str, Any]:
+    """Chat nests a tool's definition under `function`; Responses keeps it flat."""
+    nested = tool.get("function")
+    return nested if isinstance(nested, dict) else tool
+
+
+def _words(text: str) -> list[str]:
+    return [*[w + " " for w in text.split(" ")][:-1], text.split(" ")[-1]] if text else []
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return ""
+
+
+def _estimate_tokens(body: dict[str, Any]) -> int:
+    return max(1, len(json.dumps(body.get("messages") or [])) // 4)

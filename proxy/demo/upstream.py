@@ -1,0 +1,155 @@
+"""The simulated OpenAI-compatible upstream behind `llm-proxy demo` and the test suite.
+
+Owns the upstream's endpoints — `GET /v1/models`, `POST /v1/chat/completions` executing a
+`scenarios.Plan` — and a control API under `/_demo/` that tests use to see what reached the
+upstream and to steer it:
+
+  GET  /_demo/requests?request_id=ID     requests received (headers, presented key, JSON body)
+  POST /_demo/release?request_id=ID      let a `[demo:hold]` stream continue
+  GET  /_demo/wait?request_id=ID&timeout=S
+                                         block until the proxy hung up on that request's stream
+  POST /_demo/keys  {"KEY": {"status": 429, "headers": {...}, "body": {...}}}
+                                         make requests with that account key fail that way
+  DELETE /_demo/keys                     forget those failures
+
+Requests are matched to tests by the `X-Request-Id` the proxy forwards.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import deque
+from typing import Any
+
+import gevent
+from gevent.event import Event
+
+from proxy.demo import scenarios
+from proxy.demo.http import HTTPRequest, PeerGone, Writer
+
+MODELS = ["demo-model", "demo-reasoner", "gpt-4o-mini", "claude-sonnet-4-6"]
+
+
+def _json(obj: Any) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def _error(message: str, etype: str = "invalid_request_error", code: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": etype, "param": None, "code": code}}
+
+
+class DemoUpstream:
+    def __init__(self) -> None:
+        self.records: deque[dict[str, Any]] = deque(maxlen=5000)
+        self.holds: dict[str, Event] = {}
+        self.disconnects: dict[str, Event] = {}
+        self.key_faults: dict[str, dict[str, Any]] = {}
+
+    def __call__(self, req: HTTPRequest, w: Writer) -> None:
+        if req.path.startswith("/_demo/"):
+            return self._control(req, w)
+        key = _presented_key(req.headers)
+        rid = req.headers.get("x-request-id", "")
+        record: dict[str, Any] = {"request_id": rid, "method": req.method, "path": req.path, "key": key,
+                                  "headers": req.headers, "body": None, "received_at": time.time()}
+        try:
+            record["body"] = json.loads(req.body) if req.body else None
+        except ValueError:
+            record["body"] = req.body.decode("utf-8", "replace")
+        self.records.append(record)
+        if not key:
+            return w.response(401, _json(_error("missing API key", "invalid_request_error", "invalid_api_key")))
+        fault = self.key_faults.get(key)
+        if fault is not None:
+            body = fault.get("body") or _error(f"demo fault for this key ({fault.get('status')})", "demo_error")
+            raw = body if isinstance(body, str) else _json(body)
+            return w.response(int(fault.get("status", 500)), raw.encode() if isinstance(raw, str) else raw,
+                              headers=fault.get("headers") or {})
+        if req.method == "GET" and req.path.rstrip("/").endswith("/models"):
+            data = [{"id": m, "object": "model", "created": 1735689600, "owned_by": "demo"} for m in MODELS]
+            return w.response(200, _json({"object": "list", "data": data}))
+        if req.method == "POST" and req.path.endswith("/chat/completions"):
+            return self._chat(req, w, record, rid)
+        return w.response(404, _json(_error(f"demo upstream has no {req.method} {req.path}", code="not_found")))
+
+    # ------------------------------------------------------------ completions
+
+    def _chat(self, req: HTTPRequest, w: Writer, record: dict[str, Any], rid: str) -> None:
+        body = record["body"]
+        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+            return w.response(400, _json(_error("body must be a JSON object with messages")))
+        plan = scenarios.plan(body)
+        if plan.error is not None:
+            return w.response(plan.status, _json(plan.error))
+        if not body.get("stream"):
+            return w.response(200, _json(plan.body))
+        w.start_stream()
+        try:
+            self._run(plan, w, rid)
+        except PeerGone:
+            self.disconnects.setdefault(rid, Event()).set()
+            raise
+
+    def _run(self, plan: scenarios.Plan, w: Writer, rid: str) -> None:
+        for step in plan.steps:
+            if step.kind == "chunk":
+                w.send(b"data: " + _json(step.payload) + b"\n\n")
+            elif step.kind == "sleep":
+                if step.payload > 0:
+                    self._sleep_watching(step.payload, w)
+            elif step.kind == "hold":
+                released = self.holds.setdefault(rid, Event())
+                while not released.wait(0.02):
+                    if w.peer_closed():
+                        raise PeerGone()
+            elif step.kind == "endless":
+                n = 0
+                while True:
+                    w.send(b"data: " + _json(step.payload.chunk({"content": f"tick{n} "})) + b"\n\n")
+                    n += 1
+                    self._sleep_watching(0.05, w)
+            elif step.kind == "drop":
+                w.drop()
+                return
+        if plan.done:
+            w.send(b"data: [DONE]\n\n")
+        w.end()
+
+    def _sleep_watching(self, seconds: float, w: Writer) -> None:
+        deadline = time.monotonic() + seconds
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            gevent.sleep(min(left, 0.05))
+            if w.peer_closed():
+                raise PeerGone()
+
+    # ------------------------------------------------------------ control
+
+    def _control(self, req: HTTPRequest, w: Writer) -> None:
+        rid = req.query.get("request_id", "")
+        if req.path == "/_demo/requests":
+            found = [r for r in self.records if not rid or r["request_id"] == rid]
+            return w.response(200, _json(found))
+        if req.path == "/_demo/release":
+            self.holds.setdefault(rid, Event()).set()
+            return w.response(200, _json({"released": rid}))
+        if req.path == "/_demo/wait":
+            gone = self.disconnects.setdefault(rid, Event()).wait(float(req.query.get("timeout", "5")))
+            return w.response(200, _json({"disconnected": bool(gone)}))
+        if req.path == "/_demo/keys":
+            if req.method == "DELETE":
+                self.key_faults.clear()
+            else:
+                self.key_faults.update(json.loads(req.body or b"{}"))
+            return w.response(200, _json({"faults": list(self.key_faults)}))
+        return w.response(404, _json(_error("unknown control path")))
+
+
+def _presented_key(headers: dict[str, str]) -> str | None:
+    if headers.get("x-api-key"):
+        return headers["x-api-key"]
+    scheme, _, token = headers.get("authorization", "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None

@@ -1,0 +1,1 @@
+"""The internal representation (IR): requests, responses and stream events shared by all codecs."""

@@ -1,0 +1,1 @@
+"""Wire-protocol codecs, one package per protocol: chat_completions, messages, responses."""

@@ -1,0 +1,43 @@
+"""The OpenAI error envelope, shared by the Chat Completions and Responses endpoints.
+
+Owns `{"error": {"message", "type", "param", "code"}}` (PROTOCOLS.md §1.4): the type and default
+code for each of the proxy's error kinds, the HTTP body, and the in-band error chunk a Chat stream
+ends with after its first byte. Pure: must not import Flask or requests.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy.ir.response import ErrorInfo
+from proxy.sse import DONE_FRAME, data_frame
+
+# kind → (type, default code). Clients key off the HTTP status first; Codex also reads codes such
+# as server_is_overloaded and rate_limit_exceeded (PROTOCOLS.md §3.4).
+_TYPES: dict[str, tuple[str, str | None]] = {
+    "invalid_request": ("invalid_request_error", None),
+    "authentication": ("invalid_request_error", "invalid_api_key"),
+    "billing": ("insufficient_quota", "insufficient_quota"),
+    "permission": ("permission_error", None),
+    "not_found": ("invalid_request_error", "not_found"),
+    "method_not_allowed": ("invalid_request_error", "method_not_allowed"),
+    "request_too_large": ("invalid_request_error", "request_too_large"),
+    "unsupported_media_type": ("invalid_request_error", "unsupported_media_type"),
+    "rate_limit": ("rate_limit_exceeded", "rate_limit_exceeded"),
+    "api_error": ("server_error", None),
+    "upstream_error": ("server_error", "upstream_error"),
+    "unavailable": ("server_error", "service_unavailable"),
+    "timeout": ("server_error", "timeout"),
+    "overloaded": ("server_error", "server_is_overloaded"),
+}
+
+
+def error_body(info: ErrorInfo) -> dict[str, Any]:
+    etype, code = _TYPES.get(info.kind, ("server_error", None))
+    return {"error": {"message": info.message, "type": etype, "param": info.param, "code": info.code or code}}
+
+
+def stream_error_frames(info: ErrorInfo) -> list[bytes]:
+    """What a Chat stream ends with when it fails after its first byte: the error chunk that
+    openai-python turns into APIError, then the terminator."""
+    return [data_frame(error_body(info)), DONE_FRAME]

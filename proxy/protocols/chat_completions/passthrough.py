@@ -1,0 +1,202 @@
+"""Same-protocol path for streams: a Chat client in front of an OpenAI-compatible upstream.
+
+Owns relaying the upstream's chunks with every field we do not know intact, while fixing what
+compatible servers get wrong and real clients trip over (PROTOCOLS.md §1.3, §5.1, §5.5):
+`object` other than `chat.completion.chunk` (the SDK helper drops such chunks), an id that is
+not stable or not `chatcmpl-…` (e.g. `stream:chat:<uuid>`), an empty model (the client always
+sees the model it asked for), `role` / tool-call `id` / `name` repeated in later deltas (the SDK
+helper concatenates them), tool-call entries without `index` or `function`, a finish reason
+repeated or `"stop"` after tool calls, usage on a chunk that still has choices, and a stream
+that just closes after its finish reason (`data: [DONE]` is always sent).
+
+The proxy asks the upstream for usage even when the client did not, so the pool can count
+tokens; the usage chunk is then kept from the client, who sees what it asked for.
+Pure: must not import Flask or requests.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from proxy.errors import parse_upstream_error
+from proxy.ir.response import ErrorInfo, Usage
+from proxy.protocols.chat_completions.errors import stream_error_frames
+from proxy.protocols.chat_completions.response import new_id, usage_from_chat
+from proxy.sse import DONE_FRAME, KEEPALIVE_COMMENT, SSEEvent, data_frame
+
+
+class _ChoiceState:
+    __slots__ = ("finished", "role_sent", "tool_ids", "tools_seen")
+
+    def __init__(self) -> None:
+        self.role_sent = False
+        self.finished = False
+        self.tools_seen: set[int] = set()
+        self.tool_ids: dict[str, int] = {}
+
+
+class ChatPassthroughStream:
+    def __init__(self, model: str, client_wants_usage: bool) -> None:
+        self.model = model
+        self.client_wants_usage = client_wants_usage
+        self.usage: Usage | None = None
+        self.done = False
+        self.failed: ErrorInfo | None = None
+        self._id: str | None = None
+        self._created = 0
+        self._choices: dict[int, _ChoiceState] = {}
+        self._finished_any = False
+        self._started = False
+
+    def feed(self, sse: SSEEvent) -> list[bytes]:
+        if self.done:
+            return []
+        data = sse.data.strip()
+        if not data:
+            return []
+        if data == b"[DONE]":
+            self.done = True
+            return [DONE_FRAME]
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            return self.fail(ErrorInfo("upstream_error", "upstream sent a malformed JSON chunk in its stream", 502))
+        if not isinstance(chunk, dict):
+            return self.fail(ErrorInfo("upstream_error", "upstream sent a stream chunk that is not an object", 502))
+        self._started = True
+        if chunk.get("error"):
+            return self._upstream_error(chunk, data)
+        return self._normalise(chunk)
+
+    def close(self) -> list[bytes]:
+        """Upstream EOF: terminate properly, or report that the stream broke off."""
+        if self.done:
+            return []
+        if self._finished_any:
+            self.done = True
+            return [DONE_FRAME]
+        if not self._started:
+            return self.fail(ErrorInfo("upstream_error", "upstream closed the stream without sending any event", 502))
+        return self.fail(ErrorInfo("upstream_error", "upstream closed the stream before it finished", 502))
+
+    def keepalive(self) -> bytes:
+        return KEEPALIVE_COMMENT
+
+    def fail(self, info: ErrorInfo) -> list[bytes]:
+        if self.done:
+            return []
+        self.done = True
+        self.failed = info
+        return stream_error_frames(info)
+
+    def _upstream_error(self, chunk: dict[str, Any], raw: bytes) -> list[bytes]:
+        """An error object inside the stream: relay it as the upstream worded it when it has the
+        OpenAI shape (codes such as context_length_exceeded matter to clients), then terminate."""
+        self.failed = parse_upstream_error(500, raw)
+        self.done = True
+        err = chunk["error"]
+        if isinstance(err, dict) and isinstance(err.get("message"), str):
+            return [data_frame({"error": err}), DONE_FRAME]
+        return stream_error_frames(self.failed)
+
+    # ------------------------------------------------------------ normalisation
+
+    def _normalise(self, chunk: dict[str, Any]) -> list[bytes]:
+        if self._id is None:
+            upstream_id = chunk.get("id")
+            self._id = upstream_id if isinstance(upstream_id, str) and upstream_id.startswith("chatcmpl-") \
+                else new_id()
+            created = chunk.get("created")
+            self._created = created if isinstance(created, int) and created > 0 else int(time.time())
+        chunk["id"] = self._id
+        chunk["object"] = "chat.completion.chunk"
+        chunk["created"] = self._created
+        chunk["model"] = self.model
+        choices = chunk.get("choices")
+        if not isinstance(choices, list):
+            chunk["choices"] = choices = []
+        for position, choice in enumerate(choices):
+            if isinstance(choice, dict):
+                self._choice(choice, position)
+        raw_usage = chunk.get("usage")
+        usage = usage_from_chat(raw_usage)
+        if usage is None:
+            if not self.client_wants_usage:
+                chunk.pop("usage", None)
+            return [data_frame(chunk)]
+        self.usage = usage
+        if not self.client_wants_usage:
+            # We asked for usage on the client's behalf: keep it from the client.
+            del chunk["usage"]
+            return [data_frame(chunk)] if choices else []
+        if not choices:
+            return [data_frame(chunk)]
+        # Usage must travel in its own chunk with empty choices, after the one with the choices.
+        chunk["usage"] = None
+        return [data_frame(chunk), data_frame({**chunk, "choices": [], "usage": raw_usage})]
+
+    def _choice(self, choice: dict[str, Any], position: int) -> None:
+        index = choice.get("index")
+        if not isinstance(index, int) or isinstance(index, bool):
+            choice["index"] = index = position
+        state = self._choices.get(index)
+        if state is None:
+            state = self._choices[index] = _ChoiceState()
+        delta = choice.get("delta")
+        if not isinstance(delta, dict):
+            choice["delta"] = delta = {}
+        if "role" in delta:
+            if state.role_sent or delta["role"] != "assistant":
+                del delta["role"]
+            else:
+                state.role_sent = True
+        calls = delta.get("tool_calls")
+        if isinstance(calls, list):
+            for entry in calls:
+                if isinstance(entry, dict):
+                    self._tool_entry(entry, state)
+        elif "tool_calls" in delta and calls is None:
+            del delta["tool_calls"]
+        reason = choice.get("finish_reason")
+        if not reason or state.finished:
+            choice["finish_reason"] = None
+        else:
+            state.finished = True
+            self._finished_any = True
+            if reason == "stop" and state.tools_seen:
+                choice["finish_reason"] = "tool_calls"
+
+    def _tool_entry(self, entry: dict[str, Any], state: _ChoiceState) -> None:
+        index = entry.get("index")
+        call_id = entry.get("id")
+        if not isinstance(index, int) or isinstance(index, bool):
+            if isinstance(call_id, str) and call_id in state.tool_ids:
+                index = state.tool_ids[call_id]
+            elif call_id or not state.tools_seen:
+                index = max(state.tools_seen, default=-1) + 1
+            else:
+                index = max(state.tools_seen)
+            entry["index"] = index
+        if entry.get("type") == "custom":
+            state.tools_seen.add(index)
+            return
+        fn = entry.get("function")
+        if not isinstance(fn, dict):
+            entry["function"] = fn = {}
+        if index in state.tools_seen:
+            # Only the first delta of a call names it; repeats would be concatenated by clients.
+            entry.pop("id", None)
+            entry.pop("type", None)
+            fn.pop("name", None)
+        else:
+            state.tools_seen.add(index)
+            if not call_id:
+                entry["id"] = call_id = "call_" + new_id()[9:]
+            state.tool_ids[str(call_id)] = index
+            entry["type"] = "function"
+            fn.setdefault("arguments", "")
+        if fn.get("arguments") is not None and not isinstance(fn["arguments"], str):
+            fn["arguments"] = json.dumps(fn["arguments"], ensure_ascii=False)
+

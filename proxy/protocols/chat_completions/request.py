@@ -1,0 +1,388 @@
+"""Chat Completions requests: validation, decoding to the IR, and encoding from the IR.
+
+Owns the mapping between the Chat request body (PROTOCOLS.md §1.1) and `proxy.ir.request`.
+`validate` is the light check used on the same-protocol (passthrough) path, where the body
+goes upstream as sent; `decode` builds the full IR for translation to other upstreams.
+Pure: must not import Flask or requests.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from proxy.errors import invalid
+from proxy.ir.request import (
+    AudioPart,
+    ContentPart,
+    FilePart,
+    ImagePart,
+    Message,
+    Part,
+    ReasoningPart,
+    RefusalPart,
+    Request,
+    ResponseFormat,
+    TextPart,
+    Tool,
+    ToolCallPart,
+    ToolChoice,
+    ToolResultPart,
+)
+from proxy.ir.request import Reasoning as ReasoningConfig
+from proxy.protocols.validation import expect, get, get_str_or_list, join, one_of, split_data_url
+
+log = logging.getLogger(__name__)
+
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+# Chat fields the IR has no home for; kept in Request.extras so a Chat upstream gets them back.
+EXTRA_FIELDS = (
+    "n", "logprobs", "top_logprobs", "logit_bias", "store", "service_tier", "prompt_cache_key",
+    "prompt_cache_retention", "safety_identifier", "verbosity", "modalities", "audio", "prediction",
+    "web_search_options", "thinking", "enable_thinking",
+)
+
+
+def validate(body: dict[str, Any]) -> None:
+    """The checks a Chat body must pass before it is relayed as sent: a 400 names the field."""
+    get(body, "model", str, "", required=True)
+    messages = get(body, "messages", list, "", required=True)
+    if not messages:
+        raise invalid("messages", "must contain at least one message")
+    for i, msg in enumerate(messages):
+        path = join("messages", i)
+        expect(msg, dict, path)
+        if msg.get("role") is None:
+            raise invalid(join(path, "role"), "is required")
+        one_of(msg["role"], ROLES, join(path, "role"))
+        content = msg.get("content")
+        if content is not None and not isinstance(content, str | list):
+            raise invalid(join(path, "content"), "must be a string or an array of content parts")
+        if isinstance(content, list):
+            for j, part in enumerate(content):
+                expect(part, dict, join(join(path, "content"), j))
+        if msg.get("tool_calls") is not None:
+            for j, call in enumerate(expect(msg["tool_calls"], list, join(path, "tool_calls"))):
+                expect(call, dict, join(join(path, "tool_calls"), j))
+    get(body, "stream", bool, "")
+    if body.get("tools") is not None:
+        for i, tool in enumerate(expect(body["tools"], list, "tools")):
+            expect(tool, dict, join("tools", i))
+    for key in ("max_tokens", "max_completion_tokens"):
+        get(body, key, int, "")
+    for key in ("temperature", "top_p"):
+        get(body, key, float, "")
+    if body.get("stream_options") is not None:
+        expect(body["stream_options"], dict, "stream_options")
+
+
+def decode(body: dict[str, Any]) -> Request:
+    validate(body)
+    req = Request(model=body["model"], stream=bool(body.get("stream")))
+    for i, msg in enumerate(body["messages"]):
+        req.messages.append(_decode_message(msg, join("messages", i)))
+    for i, tool in enumerate(body.get("tools") or []):
+        decoded = _decode_tool(tool, join("tools", i))
+        if decoded is not None:
+            req.tools.append(decoded)
+    for i, fn in enumerate(body.get("functions") or []):  # legacy function calling
+        req.tools.append(Tool(name=get(fn, "name", str, join("functions", i), required=True),
+                              description=fn.get("description"), parameters=fn.get("parameters")))
+    req.tool_choice = _decode_tool_choice(body.get("tool_choice", body.get("function_call")))
+    req.parallel_tool_calls = get(body, "parallel_tool_calls", bool, "")
+    req.max_tokens = get(body, "max_completion_tokens", int, "") or get(body, "max_tokens", int, "")
+    req.temperature = get(body, "temperature", float, "")
+    req.top_p = get(body, "top_p", float, "")
+    req.top_k = get(body, "top_k", int, "")  # not OpenAI, but many compatible servers take it
+    req.stop = get_str_or_list(body, "stop", "")
+    req.seed = get(body, "seed", int, "")
+    req.presence_penalty = get(body, "presence_penalty", float, "")
+    req.frequency_penalty = get(body, "frequency_penalty", float, "")
+    req.user = get(body, "user", str, "")
+    req.metadata = get(body, "metadata", dict, "")
+    effort = get(body, "reasoning_effort", str, "")
+    if effort:
+        req.reasoning = ReasoningConfig(effort=effort)
+    req.response_format = _decode_response_format(body.get("response_format"))
+    options = body.get("stream_options") or {}
+    req.include_usage = bool(options.get("include_usage"))
+    req.extras = {k: body[k] for k in EXTRA_FIELDS if k in body}
+    return req
+
+
+def _decode_message(msg: dict[str, Any], path: str) -> Message:
+    role = msg["role"]
+    content = msg.get("content")
+    if role == "tool":
+        call_id = get(msg, "tool_call_id", str, path, required=True)
+        return Message("tool", [ToolResultPart(call_id=call_id, content=_decode_content(content, path))])
+    if role == "function":  # legacy: the result of a function_call, keyed by function name
+        name = get(msg, "name", str, path, required=True)
+        return Message("tool", [ToolResultPart(call_id=name, content=_decode_content(content, path))])
+    parts: list[Part] = []
+    if role == "assistant":
+        reasoning = msg.get("reasoning_content")
+        if isinstance(reasoning, str) and reasoning:
+            parts.append(ReasoningPart(text=reasoning))
+    parts.extend(_decode_content(content, path, allow_refusal=role == "assistant"))
+    if role == "assistant":
+        for j, call in enumerate(msg.get("tool_calls") or []):
+            parts.append(_decode_tool_call(call, join(join(path, "tool_calls"), j)))
+        legacy = msg.get("function_call")
+        if isinstance(legacy, dict) and legacy.get("name"):
+            parts.append(ToolCallPart(id=str(legacy["name"]), name=str(legacy["name"]),
+                                      arguments=str(legacy.get("arguments") or "")))
+    return Message(role, parts, name=msg.get("name"))
+
+
+def _decode_content(content: Any, path: str, allow_refusal: bool = False) -> list[Any]:
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [TextPart(content)] if content else []
+    parts: list[Any] = []
+    for j, part in enumerate(content):
+        ppath = join(join(path, "content"), j)
+        ptype = part.get("type")
+        if ptype == "text":
+            parts.append(TextPart(get(part, "text", str, ppath, required=True)))
+        elif ptype == "image_url":
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, dict) else image
+            if not isinstance(url, str):
+                raise invalid(join(ppath, "image_url.url"), "must be a string URL")
+            detail = image.get("detail") if isinstance(image, dict) else None
+            inline = split_data_url(url)
+            if inline:
+                parts.append(ImagePart(media_type=inline[0], data=inline[1], detail=detail))
+            else:
+                parts.append(ImagePart(url=url, detail=detail))
+        elif ptype == "input_audio":
+            audio = get(part, "input_audio", dict, ppath, required=True)
+            parts.append(AudioPart(data=str(audio.get("data", "")), format=str(audio.get("format", "wav"))))
+        elif ptype == "file":
+            file = get(part, "file", dict, ppath, required=True)
+            inline = split_data_url(file.get("file_data") or "")
+            parts.append(FilePart(data=inline[1] if inline else file.get("file_data"),
+                                  media_type=inline[0] if inline else None,
+                                  filename=file.get("filename"), file_id=file.get("file_id")))
+        elif ptype == "refusal" and allow_refusal:
+            parts.append(RefusalPart(str(part.get("refusal") or "")))
+        else:
+            log.info("dropping unsupported chat content part type %r at %s", ptype, ppath)
+    return parts
+
+
+def _decode_tool_call(call: dict[str, Any], path: str) -> ToolCallPart:
+    call_id = str(call.get("id") or "")
+    if call.get("type") == "custom":
+        custom = get(call, "custom", dict, path, required=True)
+        return ToolCallPart(id=call_id, name=str(custom.get("name") or ""),
+                            arguments=str(custom.get("input") or ""), kind="custom")
+    fn = get(call, "function", dict, path, required=True)
+    arguments = fn.get("arguments")
+    if not isinstance(arguments, str):  # some clients send an object; Chat wants JSON text
+        arguments = json.dumps(arguments if arguments is not None else {}, ensure_ascii=False)
+    return ToolCallPart(id=call_id, name=get(fn, "name", str, join(path, "function"), required=True),
+                        arguments=arguments)
+
+
+def _decode_tool(tool: dict[str, Any], path: str) -> Tool | None:
+    ttype = tool.get("type", "function")
+    if ttype == "function":
+        fn = get(tool, "function", dict, path, required=True)
+        return Tool(name=get(fn, "name", str, join(path, "function"), required=True),
+                    description=fn.get("description"), parameters=fn.get("parameters"),
+                    strict=fn.get("strict"))
+    if ttype == "custom":
+        custom = get(tool, "custom", dict, path, required=True)
+        return Tool(name=get(custom, "name", str, join(path, "custom"), required=True),
+                    description=custom.get("description"), kind="custom", format=custom.get("format"))
+    log.info("dropping chat tool of unsupported type %r at %s", ttype, path)
+    return None
+
+
+def _decode_tool_choice(choice: Any) -> ToolChoice | None:
+    if choice is None:
+        return None
+    if isinstance(choice, str):
+        if choice in ("auto", "none", "required"):
+            return ToolChoice(choice)  # type: ignore[arg-type]
+        raise invalid("tool_choice", f"must be 'auto', 'none', 'required' or an object, not {choice!r}")
+    expect(choice, dict, "tool_choice")
+    ctype = choice.get("type")
+    if ctype == "function" or (ctype is None and "name" in choice):  # legacy function_call {name}
+        name = (choice.get("function") or {}).get("name") or choice.get("name")
+        return ToolChoice("tool", name=str(name))
+    if ctype == "custom":
+        return ToolChoice("tool", name=str((choice.get("custom") or {}).get("name")), kind="custom")
+    if ctype == "allowed_tools":
+        allowed = choice.get("allowed_tools") or {}
+        names = [str((t.get("function") or t.get("custom") or t).get("name")) for t in allowed.get("tools") or []]
+        mode = "required" if allowed.get("mode") == "required" else "auto"
+        return ToolChoice(mode, allowed=names)  # type: ignore[arg-type]
+    raise invalid("tool_choice.type", f"must be 'function', 'custom' or 'allowed_tools', not {ctype!r}")
+
+
+def _decode_response_format(fmt: Any) -> ResponseFormat | None:
+    if fmt is None:
+        return None
+    expect(fmt, dict, "response_format")
+    ftype = one_of(fmt.get("type"), ("text", "json_object", "json_schema"), "response_format.type")
+    if ftype != "json_schema":
+        return ResponseFormat(ftype)  # type: ignore[arg-type]
+    schema = get(fmt, "json_schema", dict, "response_format", required=True)
+    return ResponseFormat("json_schema", name=schema.get("name"), schema=schema.get("schema"),
+                          strict=schema.get("strict"), description=schema.get("description"))
+
+
+# ---------------------------------------------------------------- IR → Chat
+
+
+def encode(req: Request, model: str, *, reasoning_passback: bool = False,
+           stream_usage: bool = True) -> dict[str, Any]:
+    """Build the Chat body for an OpenAI-compatible upstream from the IR.
+
+    `reasoning_passback`: send earlier reasoning back as `reasoning_content` (DeepSeek-style
+    backends reject a tool-call history without it); otherwise reasoning is dropped.
+    `stream_usage`: ask for a usage chunk in streams, so the pool can count tokens.
+    """
+    body: dict[str, Any] = {"model": model, "messages": []}
+    for msg in req.messages:
+        body["messages"].extend(_encode_message(msg, reasoning_passback))
+    if req.tools:
+        body["tools"] = [_encode_tool(t) for t in req.tools]
+    if req.tool_choice is not None:
+        body["tool_choice"] = _encode_tool_choice(req.tool_choice, req.tools)
+    if req.parallel_tool_calls is not None and req.tools:
+        body["parallel_tool_calls"] = req.parallel_tool_calls
+    optional = {
+        "max_tokens": req.max_tokens, "temperature": req.temperature, "top_p": req.top_p,
+        "seed": req.seed, "presence_penalty": req.presence_penalty,
+        "frequency_penalty": req.frequency_penalty, "user": req.user,
+    }
+    body.update({k: v for k, v in optional.items() if v is not None})
+    if req.stop:
+        body["stop"] = req.stop
+    if req.reasoning is not None and req.reasoning.effort:
+        body["reasoning_effort"] = req.reasoning.effort
+    if req.response_format is not None:
+        body["response_format"] = _encode_response_format(req.response_format)
+    if req.stream:
+        body["stream"] = True
+        if stream_usage or req.include_usage:
+            body["stream_options"] = {"include_usage": True}
+    return body
+
+
+def _encode_message(msg: Message, reasoning_passback: bool) -> list[dict[str, Any]]:
+    if msg.role == "tool":
+        out: list[dict[str, Any]] = []
+        images: list[ContentPart] = []
+        for part in msg.parts:
+            if isinstance(part, ToolResultPart):
+                text = part.text()
+                if part.is_error and text and not text.lower().startswith("error"):
+                    text = f"Error: {text}"
+                out.append({"role": "tool", "tool_call_id": part.call_id, "content": text})
+                images.extend(p for p in part.content if isinstance(p, ImagePart))
+        if images:  # a Chat tool message carries text only; images follow as a user turn
+            out.append({"role": "user", "content": [_encode_part(p) for p in images]})
+        return out
+    if msg.role == "assistant":
+        chat: dict[str, Any] = {"role": "assistant"}
+        text = "".join(p.text for p in msg.parts if isinstance(p, TextPart))
+        refusal = "".join(p.text for p in msg.parts if isinstance(p, RefusalPart))
+        calls = [p for p in msg.parts if isinstance(p, ToolCallPart)]
+        chat["content"] = text or (None if calls else "")
+        if refusal:
+            chat["refusal"] = refusal
+        if calls:
+            chat["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _function_args(c)}}
+                for c in calls
+            ]
+        thinking = "".join(p.text for p in msg.parts if isinstance(p, ReasoningPart))
+        if reasoning_passback and thinking:
+            chat["reasoning_content"] = thinking
+        return [chat]
+    parts = [p for p in msg.parts if isinstance(p, TextPart | ImagePart | FilePart | AudioPart)]
+    message: dict[str, Any] = {"role": msg.role}
+    if all(isinstance(p, TextPart) for p in parts) and (msg.role != "user" or len(parts) <= 1):
+        message["content"] = "".join(p.text for p in parts if isinstance(p, TextPart))
+    else:
+        message["content"] = [_encode_part(p) for p in parts]
+    if msg.name:
+        message["name"] = msg.name
+    return [message]
+
+
+def _function_args(call: ToolCallPart) -> str:
+    if call.kind == "custom":  # custom tools travel to Chat upstreams as a one-string-argument function
+        return json.dumps({"input": call.arguments}, ensure_ascii=False)
+    return call.arguments or "{}"
+
+
+def _encode_part(part: ContentPart) -> dict[str, Any]:
+    if isinstance(part, TextPart):
+        return {"type": "text", "text": part.text}
+    if isinstance(part, ImagePart):
+        image: dict[str, Any] = {"url": part.as_url() or ""}
+        if part.detail:
+            image["detail"] = part.detail
+        return {"type": "image_url", "image_url": image}
+    if isinstance(part, AudioPart):
+        return {"type": "input_audio", "input_audio": {"data": part.data, "format": part.format}}
+    file: dict[str, Any] = {}
+    if part.data is not None:
+        file["file_data"] = f"data:{part.media_type or 'application/octet-stream'};base64,{part.data}"
+    if part.file_id:
+        file["file_id"] = part.file_id
+    if part.filename:
+        file["filename"] = part.filename
+    return {"type": "file", "file": file}
+
+
+CUSTOM_TOOL_PARAMETERS = {
+    "type": "object",
+    "properties": {"input": {"type": "string", "description": "The raw input for this tool."}},
+    "required": ["input"],
+    "additionalProperties": False,
+}
+
+
+def _encode_tool(tool: Tool) -> dict[str, Any]:
+    fn: dict[str, Any] = {"name": tool.name}
+    if tool.description:
+        fn["description"] = tool.description
+    if tool.kind == "custom":
+        grammar = (tool.format or {}).get("definition")
+        if grammar:
+            fn["description"] = f"{tool.description or ''}\n\nThe input must follow this grammar:\n{grammar}".strip()
+        fn["parameters"] = CUSTOM_TOOL_PARAMETERS
+    else:
+        fn["parameters"] = tool.parameters if tool.parameters is not None else {"type": "object", "properties": {}}
+        if tool.strict is not None:
+            fn["strict"] = tool.strict
+    return {"type": "function", "function": fn}
+
+
+def _encode_tool_choice(choice: ToolChoice, tools: list[Tool]) -> Any:
+    if choice.mode == "tool":
+        return {"type": "function", "function": {"name": choice.name}}
+    if choice.allowed is not None:
+        named = [{"type": "function", "function": {"name": n}} for n in choice.allowed]
+        return {"type": "allowed_tools", "allowed_tools": {"mode": choice.mode, "tools": named}}
+    return choice.mode
+
+
+def _encode_response_format(fmt: ResponseFormat) -> dict[str, Any]:
+    if fmt.type != "json_schema":
+        return {"type": fmt.type}
+    schema: dict[str, Any] = {"name": fmt.name or "response", "schema": fmt.schema or {}}
+    if fmt.strict is not None:
+        schema["strict"] = fmt.strict
+    if fmt.description:
+        schema["description"] = fmt.description
+    return {"type": "json_schema", "json_schema": schema}

@@ -1,0 +1,168 @@
+"""Chat Completions responses: usage and finish reasons both ways, the non-stream body both ways,
+and the normalisation applied to an OpenAI-compatible upstream's body on the passthrough path.
+
+Owns PROTOCOLS.md §1.2 and the Chat columns of §6.1 / §6.2. Pure: no Flask, no requests.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any
+
+from proxy.ir import response as ir
+from proxy.ir.request import ReasoningPart, RefusalPart, TextPart, ToolCallPart
+from proxy.ir.response import Response, Usage
+
+FINISH_FROM_CHAT = {
+    "stop": ir.STOP,
+    "length": ir.LENGTH,
+    "tool_calls": ir.TOOL_CALLS,
+    "function_call": ir.TOOL_CALLS,
+    "content_filter": ir.CONTENT_FILTER,
+    # spellings seen from OpenAI-compatible servers that are not OpenAI
+    "max_tokens": ir.LENGTH,
+    "model_length": ir.LENGTH,
+    "end_turn": ir.STOP,
+    "eos": ir.STOP,
+    "stop_sequence": ir.STOP_SEQUENCE,
+    "tool_use": ir.TOOL_CALLS,
+}
+FINISH_TO_CHAT = {
+    ir.STOP: "stop",
+    ir.STOP_SEQUENCE: "stop",
+    ir.LENGTH: "length",
+    ir.CONTEXT_WINDOW: "length",
+    ir.TOOL_CALLS: "tool_calls",
+    ir.CONTENT_FILTER: "content_filter",
+    ir.PAUSE: "stop",
+}
+
+
+def new_id() -> str:
+    return "chatcmpl-" + uuid.uuid4().hex[:24]
+
+
+def finish_from_chat(reason: Any, saw_tool_calls: bool) -> str:
+    mapped = FINISH_FROM_CHAT.get(str(reason), ir.STOP)
+    # Some compatible servers say "stop" after tool calls; clients only run tools on tool_calls.
+    if saw_tool_calls and mapped == ir.STOP:
+        return ir.TOOL_CALLS
+    return mapped
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def usage_from_chat(raw: Any) -> Usage | None:
+    if not isinstance(raw, dict):
+        return None
+    prompt = raw.get("prompt_tokens_details") or {}
+    completion = raw.get("completion_tokens_details") or {}
+    return Usage(
+        input_tokens=_int(raw.get("prompt_tokens")),
+        output_tokens=_int(raw.get("completion_tokens")),
+        # DeepSeek reports cache hits at the top level instead of in prompt_tokens_details.
+        cache_read_tokens=_int(prompt.get("cached_tokens")) or _int(raw.get("prompt_cache_hit_tokens")),
+        cache_write_tokens=_int(prompt.get("cache_write_tokens")),
+        reasoning_tokens=_int(completion.get("reasoning_tokens")),
+    )
+
+
+def usage_to_chat(usage: Usage) -> dict[str, Any]:
+    prompt_details: dict[str, int] = {"cached_tokens": usage.cache_read_tokens}
+    if usage.cache_write_tokens:
+        prompt_details["cache_write_tokens"] = usage.cache_write_tokens
+    return {
+        "prompt_tokens": usage.input_tokens,
+        "completion_tokens": usage.output_tokens,
+        "total_tokens": usage.total_tokens,
+        "prompt_tokens_details": prompt_details,
+        "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+    }
+
+
+def decode(body: dict[str, Any]) -> Response:
+    """An upstream `chat.completion` body → IR. Only the first choice is translated."""
+    choices = body.get("choices") or [{}]
+    choice = choices[0] if isinstance(choices[0], dict) else {}
+    message = choice.get("message") or {}
+    resp = Response(id=str(body.get("id") or new_id()), model=str(body.get("model") or ""),
+                    created=_int(body.get("created")) or int(time.time()))
+    reasoning = message.get("reasoning_content") or message.get("reasoning")
+    if isinstance(reasoning, str) and reasoning:
+        resp.output.append(ReasoningPart(text=reasoning))
+    content = message.get("content")
+    if isinstance(content, list):  # a few servers answer with content parts
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    if isinstance(content, str) and content:
+        resp.output.append(TextPart(content))
+    if isinstance(message.get("refusal"), str) and message["refusal"]:
+        resp.output.append(RefusalPart(message["refusal"]))
+    calls = message.get("tool_calls") or []
+    for call in calls:
+        fn = call.get("function") or {}
+        arguments = fn.get("arguments")
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments or {}, ensure_ascii=False)
+        resp.output.append(ToolCallPart(id=str(call.get("id") or "call_" + uuid.uuid4().hex[:24]),
+                                        name=str(fn.get("name") or ""), arguments=arguments))
+    resp.finish_reason = finish_from_chat(choice.get("finish_reason") or "stop", bool(calls))
+    resp.usage = usage_from_chat(body.get("usage"))
+    return resp
+
+
+def encode(resp: Response, model: str) -> dict[str, Any]:
+    """IR → the `chat.completion` body a Chat client expects."""
+    text = "".join(p.text for p in resp.output if isinstance(p, TextPart))
+    calls = [p for p in resp.output if isinstance(p, ToolCallPart)]
+    refusal = "".join(p.text for p in resp.output if isinstance(p, RefusalPart))
+    reasoning = "".join(p.text for p in resp.output if isinstance(p, ReasoningPart))
+    message: dict[str, Any] = {"role": "assistant", "content": text or (None if calls else ""),
+                               "refusal": refusal or None, "annotations": []}
+    if reasoning:
+        message["reasoning_content"] = reasoning
+    if calls:
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in calls
+        ]
+    body: dict[str, Any] = {
+        "id": resp.id if resp.id.startswith("chatcmpl-") else new_id(),
+        "object": "chat.completion",
+        "created": resp.created or int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": message, "logprobs": None,
+                     "finish_reason": FINISH_TO_CHAT.get(resp.finish_reason or ir.STOP, "stop")}],
+        "usage": usage_to_chat(resp.usage or Usage()),
+    }
+    return body
+
+
+def normalise(body: dict[str, Any], model: str) -> dict[str, Any]:
+    """Make a compatible server's `chat.completion` body look like OpenAI's, keeping every
+    field we do not know: the model the client asked for, the right `object`, an id, and
+    `finish_reason: tool_calls` when the message carries tool calls."""
+    body["model"] = model
+    body["object"] = "chat.completion"
+    if not isinstance(body.get("id"), str) or not body["id"]:
+        body["id"] = new_id()
+    if not _int(body.get("created")):
+        body["created"] = int(time.time())
+    choices = body.get("choices")
+    if not isinstance(choices, list):
+        body["choices"] = choices = []
+    for index, choice in enumerate(choices):
+        if not isinstance(choice, dict):
+            continue
+        choice.setdefault("index", index)
+        message = choice.get("message")
+        if isinstance(message, dict):
+            message["role"] = "assistant"
+            if message.get("tool_calls") == []:
+                del message["tool_calls"]  # strict validators reject an empty list
+            if message.get("tool_calls") and choice.get("finish_reason") == "stop":
+                choice["finish_reason"] = "tool_calls"
+    return body

@@ -1,0 +1,279 @@
+"""Chat Completions stream → internal events, with the sequencing Chat itself does not have.
+
+Owns reading an OpenAI-compatible upstream's chunks (PROTOCOLS.md §1.3) into the sequential IR
+event stream of `proxy.ir.events`. Chat interleaves freely — reasoning, text and the argument
+fragments of parallel tool calls may alternate — while Messages and Responses clients need one
+block at a time with each call's arguments whole inside its own block. So this decoder keeps one
+block open and buffers fragments of any other block until the open one can close: a text or
+reasoning block can always close; a tool call can close once its arguments parse as complete
+JSON (nothing valid can follow a complete JSON object), or when the upstream finishes.
+
+Quirks handled here, once, for every client: chunks without `index` on tool calls, ids and names
+repeated in every delta, names that arrive after the first fragment, `finish_reason: "stop"`
+after tool calls, usage on a chunk with choices or only in the final chunk, a stream that just
+closes after its finish reason, and `reasoning` as DeepSeek's or OpenRouter's field name.
+Pure: must not import Flask or requests.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.errors import parse_upstream_error
+from proxy.ir.events import BlockStart, BlockStop, Delta, Event, Failure, Finish, Start, UsageUpdate
+from proxy.ir.request import OutputPart, ReasoningPart, RefusalPart, TextPart, ToolCallPart
+from proxy.ir.response import ErrorInfo
+from proxy.protocols.chat_completions.response import finish_from_chat, usage_from_chat
+from proxy.sse import SSEEvent
+
+# Block keys: the three kinds of running text, or the upstream's index of a tool call.
+Key = str | int
+
+
+@dataclass(slots=True)
+class _ToolCall:
+    id: str = ""
+    name: str = ""
+    kind: str = "function"
+    arguments: list[str] = field(default_factory=list)  # every fragment so far
+    checked_len: int = -1  # arguments length at the last completeness check
+    complete: bool = False
+
+
+class ChatStreamDecoder:
+    def __init__(self, expect_usage: bool = True) -> None:
+        self._expect_usage = expect_usage  # we asked the upstream for a usage chunk
+        self._started = False
+        self._done = False
+        self._finish: str | None = None  # raw finish_reason, held until usage arrives
+        self._usage_seen = False
+        self._open: Key | None = None
+        self._tools: dict[int, _ToolCall] = {}
+        self._pending: list[Key] = []  # blocks waiting for the open one to close, in arrival order
+        self._buffers: dict[Key, list[str]] = {}
+
+    # ------------------------------------------------------------ public
+
+    def feed(self, sse: SSEEvent) -> list[Event]:
+        if self._done:
+            return []
+        data = sse.data.strip()
+        if not data:
+            return []
+        out: list[Event] = []
+        if data == b"[DONE]":
+            self._end(out)
+            return out
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            return self._fail(out, "upstream sent a malformed JSON chunk in its stream")
+        if not isinstance(chunk, dict):
+            return self._fail(out, "upstream sent a stream chunk that is not a JSON object")
+        if chunk.get("error"):
+            self._start(chunk, out)
+            return self._fail_with(out, _stream_error(chunk))
+        self._start(chunk, out)
+        choices = chunk.get("choices")
+        if isinstance(choices, list):
+            for choice in choices:
+                if isinstance(choice, dict) and choice.get("index", 0) == 0:
+                    self._choice(choice, out)
+        usage = usage_from_chat(chunk.get("usage"))
+        if usage is not None:
+            self._usage_seen = True
+            out.append(UsageUpdate(usage))
+            if self._finish is not None:
+                self._end(out)
+        return out
+
+    def close(self) -> list[Event]:
+        """The upstream stream ended: finish what it left open, or report that it broke off."""
+        out: list[Event] = []
+        if self._done:
+            return out
+        if self._finish is not None:
+            self._end(out)
+        elif not self._started:
+            self._fail(out, "upstream closed the stream without sending any event")
+        else:
+            self._fail(out, "upstream closed the stream before it finished")
+        return out
+
+    # ------------------------------------------------------------ chunks
+
+    def _start(self, chunk: dict[str, Any], out: list[Event]) -> None:
+        if self._started:
+            return
+        self._started = True
+        created = chunk.get("created")
+        out.append(Start(
+            id=str(chunk.get("id") or "chatcmpl-" + uuid.uuid4().hex[:24]),
+            model=str(chunk.get("model") or ""),
+            created=created if isinstance(created, int) and created > 0 else int(time.time()),
+        ))
+
+    def _choice(self, choice: dict[str, Any], out: list[Event]) -> None:
+        delta = choice.get("delta") or choice.get("message") or {}
+        if isinstance(delta, dict):
+            reasoning = delta.get("reasoning_content")
+            if reasoning is None:
+                reasoning = delta.get("reasoning")
+            if isinstance(reasoning, str) and reasoning:
+                self._emit("reasoning", reasoning, out)
+            content = delta.get("content")
+            if isinstance(content, str) and content:
+                self._emit("text", content, out)
+            refusal = delta.get("refusal")
+            if isinstance(refusal, str) and refusal:
+                self._emit("refusal", refusal, out)
+            calls = delta.get("tool_calls")
+            if isinstance(calls, list):
+                for entry in calls:
+                    if isinstance(entry, dict):
+                        self._tool_fragment(entry, out)
+        reason = choice.get("finish_reason")
+        if reason and self._finish is None:
+            self._finish = str(reason)
+            self._flush_all(out)
+            if self._usage_seen or not self._expect_usage:
+                self._end(out)
+
+    def _tool_fragment(self, entry: dict[str, Any], out: list[Event]) -> None:
+        index = entry.get("index")
+        if not isinstance(index, int) or isinstance(index, bool):
+            index = self._infer_index(entry)
+        tool = self._tools.get(index)
+        if tool is None:
+            tool = self._tools[index] = _ToolCall()
+        if entry.get("id") and not tool.id:
+            tool.id = str(entry["id"])
+        if entry.get("type") == "custom" or isinstance(entry.get("custom"), dict):
+            tool.kind = "custom"
+            body = entry.get("custom") or {}
+            name, fragment = body.get("name"), body.get("input")
+        else:
+            body = entry.get("function") or {}
+            name, fragment = body.get("name"), body.get("arguments")
+        if name and not tool.name:
+            tool.name = str(name)
+        if fragment is None:
+            fragment = ""
+        elif not isinstance(fragment, str):  # a few servers send the arguments as an object
+            fragment = json.dumps(fragment, ensure_ascii=False)
+        if fragment:
+            tool.arguments.append(fragment)
+        self._emit(index, fragment, out)
+
+    def _infer_index(self, entry: dict[str, Any]) -> int:
+        """No `index`: a known id continues its call, a new id starts one, no id continues the last."""
+        call_id = entry.get("id")
+        for index, tool in self._tools.items():
+            if call_id and tool.id == call_id:
+                return index
+        if call_id or not self._tools:
+            return max(self._tools, default=-1) + 1
+        return max(self._tools)
+
+    # ------------------------------------------------------------ sequencing
+
+    def _emit(self, key: Key, text: str, out: list[Event]) -> None:
+        """Deliver `text` to block `key`, opening it if possible, else buffering it."""
+        if self._open != key:
+            if key not in self._pending:
+                self._pending.append(key)
+            if text:
+                self._buffers.setdefault(key, []).append(text)
+            self._advance(out, force=False)
+            return
+        if text:
+            out.append(Delta(text))
+
+    def _advance(self, out: list[Event], force: bool) -> None:
+        """Open pending blocks in arrival order while the open one can close."""
+        while self._pending:
+            if self._open is not None:
+                if not force and not self._closable(self._open):
+                    return
+                out.append(BlockStop())
+                self._open = None
+            key = self._pending[0]
+            if isinstance(key, int) and not self._tools[key].name and not force:
+                return  # a tool call cannot start before its name is known
+            self._pending.pop(0)
+            self._open = key
+            out.append(BlockStart(self._skeleton(key)))
+            buffered = self._buffers.pop(key, None)
+            if buffered:
+                out.append(Delta("".join(buffered)))
+
+    def _closable(self, key: Key) -> bool:
+        if not isinstance(key, int):
+            return True
+        tool = self._tools[key]
+        if tool.kind == "custom" or tool.complete:
+            return True  # custom input is free text: nothing tells us it is complete, so never hold it
+        length = sum(len(a) for a in tool.arguments)
+        if length != tool.checked_len:
+            tool.checked_len = length
+            try:
+                tool.complete = isinstance(json.loads("".join(tool.arguments)), dict)
+            except ValueError:
+                tool.complete = False
+        return tool.complete
+
+    def _skeleton(self, key: Key) -> OutputPart:
+        if key == "text":
+            return TextPart("")
+        if key == "reasoning":
+            return ReasoningPart()
+        if key == "refusal":
+            return RefusalPart("")
+        assert isinstance(key, int)
+        tool = self._tools[key]
+        if not tool.id:
+            tool.id = "call_" + uuid.uuid4().hex[:24]
+        return ToolCallPart(id=tool.id, name=tool.name, kind=tool.kind)  # type: ignore[arg-type]
+
+    def _flush_all(self, out: list[Event]) -> None:
+        self._advance(out, force=True)
+        if self._open is not None:
+            out.append(BlockStop())
+            self._open = None
+
+    # ------------------------------------------------------------ endings
+
+    def _end(self, out: list[Event]) -> None:
+        self._flush_all(out)
+        if not self._started:
+            self._fail(out, "upstream ended the stream without sending any event")
+            return
+        self._done = True
+        out.append(Finish(finish_from_chat(self._finish or "stop", bool(self._tools))))
+
+    def _fail(self, out: list[Event], message: str) -> list[Event]:
+        return self._fail_with(out, ErrorInfo(kind="upstream_error", message=message, status=502))
+
+    def _fail_with(self, out: list[Event], info: ErrorInfo) -> list[Event]:
+        self._done = True
+        out.append(Failure(info))
+        return out
+
+
+def _stream_error(chunk: dict[str, Any]) -> ErrorInfo:
+    """An `{"error": ...}` object inside a 200 stream, classified like an HTTP error body."""
+    err = chunk.get("error")
+    status = 500
+    if isinstance(err, dict):
+        code = err.get("code")
+        if isinstance(code, int):
+            status = code
+        elif err.get("type") in ("rate_limit_exceeded", "rate_limit_error") or code == "rate_limit_exceeded":
+            status = 429
+        elif err.get("type") == "overloaded_error":
+            status = 529
+    return parse_upstream_error(status, json.dumps(chunk).encode())

@@ -1,0 +1,212 @@
+"""The one path every completion request takes to an upstream, and its retry loop.
+
+Owns, for all protocols and for streaming and non-streaming alike: resolving the model to
+routes, leasing an account per attempt, building the upstream body (passthrough or through the
+IR), sending it, checking the status *before* any byte reaches the client, deciding whether a
+failure is worth another account, and turning the upstream's answer into the client's.
+One log line per attempt: request id, upstream, account, status, class, action, elapsed ms.
+
+Returns a neutral `RelayResult`; the blueprint makes the HTTP response. Does no translation
+itself (that is the codecs') and no stream IO (that is `proxy.streaming`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.config import Config
+from proxy.errors import ProxyError, parse_upstream_error, scrub
+from proxy.exchange import Exchange
+from proxy.ir.fold import unfold
+from proxy.ir.response import ErrorInfo
+from proxy.pool.pool import AccountPool, Lease
+from proxy.protocols import registry
+from proxy.routing import Route, Router
+from proxy.sse import dumps
+from proxy.streaming import EarlyStreamFailure, StreamingBody, StreamOutcome
+from proxy.transcode import StreamRelay, Translation
+from proxy.upstream import Target, UpstreamClient, UpstreamNetworkError, read_capped, set_read_timeout
+
+log = logging.getLogger("proxy.relay")
+
+MAX_ATTEMPTS = 10
+MAX_RESPONSE_BODY = 64 << 20  # a non-streamed answer larger than this is refused, not buffered
+SSE_HEADERS = {
+    "Content-Type": "text/event-stream; charset=utf-8",
+    "Cache-Control": "no-cache",
+    "Connection": "keep-alive",
+    "X-Accel-Buffering": "no",
+}
+
+
+@dataclass
+class RelayResult:
+    status: int
+    headers: dict[str, str]
+    body: bytes | StreamingBody
+
+
+@dataclass
+class Relay:
+    config: Config
+    router: Router
+    pools: dict[str, AccountPool]
+    client: UpstreamClient
+    secrets: tuple[str, ...] = field(default=())
+
+    def handle(self, ex: Exchange) -> RelayResult:
+        routes = self.router.resolve(ex.model)
+        if not routes:
+            raise ProxyError(404, f"The model {ex.model!r} is not served by this proxy; GET /v1/models lists "
+                                  "the models it serves.", "not_found", code="model_not_found", param="model")
+        last: ErrorInfo | None = None
+        for route in routes:
+            pool = self.pools[route.upstream.name]
+            tried: set[str] = set()
+            while len(tried) < MAX_ATTEMPTS:
+                lease = pool.lease(tried)
+                if lease is None:
+                    break
+                tried.add(lease.account.id)
+                try:
+                    return self._attempt(ex, route, lease)
+                except _Retry as retry:
+                    last = retry.info
+        if last is not None:
+            raise ProxyError.from_info(last)
+        raise ProxyError(503, f"No upstream account is available for model {ex.model!r}.", "unavailable")
+
+    # ------------------------------------------------------------ one attempt
+
+    def _attempt(self, ex: Exchange, route: Route, lease: Lease) -> RelayResult:
+        upstream = route.upstream
+        same_wire = ex.passthrough_to(upstream.protocol)
+        body = self._upstream_body(ex, route, same_wire)
+        side = registry.UPSTREAMS[upstream.protocol]
+        target = Target(upstream.name, upstream.protocol, upstream.base_url, lease.account.api_key,
+                        upstream.timeouts, dict(upstream.headers), lease.account.proxy)
+        started = time.monotonic()
+        try:
+            resp = self.client.send(target, side.path, body, stream=True, request_id=ex.request_id)
+        except UpstreamNetworkError as exc:
+            self._log(ex, route, lease, "-", f"network:{exc.cause}", "next account", started)
+            lease.release(failure="network")
+            raise _Retry(exc.info) from None
+
+        if resp.status_code >= 300:
+            raw = read_capped(resp)
+            info = parse_upstream_error(resp.status_code, raw, self.secrets)
+            self._log(ex, route, lease, resp.status_code, info.kind, "return error", started)
+            lease.release(failure=info.kind)
+            raise _client_error(info, raw if same_wire else None, self.secrets)
+
+        if ex.stream and _is_event_stream(resp.headers.get("Content-Type", "")):
+            return self._stream(ex, route, lease, resp, same_wire, started)
+        return self._whole(ex, route, lease, resp, same_wire, started)
+
+    def _upstream_body(self, ex: Exchange, route: Route, same_wire: bool) -> bytes:
+        if same_wire:
+            prepared = registry.SAME_WIRE[route.upstream.protocol].prepare_request(ex, route.model, route.upstream)
+        else:
+            if ex.ir is None:
+                ex.ir = registry.CLIENTS[ex.protocol].decode_request(ex.body)
+            side = registry.UPSTREAMS[route.upstream.protocol]
+            prepared = side.encode_request(ex.ir, route.model, route.upstream)
+        return dumps(prepared)
+
+    def _stream(self, ex: Exchange, route: Route, lease: Lease, resp: Any, same_wire: bool,
+                started: float) -> RelayResult:
+        set_read_timeout(resp, self.config.streaming.idle_timeout + 5)
+        relay: StreamRelay
+        if same_wire:
+            relay = registry.SAME_WIRE[route.upstream.protocol].stream_relay(ex, route.upstream)
+        else:
+            assert ex.ir is not None
+            decoder = registry.UPSTREAMS[route.upstream.protocol].stream_decoder(ex.ir, route.upstream)
+            relay = Translation(decoder, registry.CLIENTS[ex.protocol].stream_encoder(ex))
+
+        def on_close(outcome: StreamOutcome) -> None:
+            failure = "client_gone" if outcome.client_gone else (outcome.error.kind if outcome.error else None)
+            lease.release(failure=failure, usage=outcome.usage)
+            end = "client disconnected" if outcome.client_gone else ("in-band error" if outcome.error else "ok")
+            log.info("stream end rid=%s upstream=%s account=%s frames=%d result=%s elapsed_ms=%d",
+                     ex.request_id, route.upstream.name, lease.account.id, outcome.frames, end,
+                     (time.monotonic() - started) * 1000)
+
+        body = StreamingBody(resp, relay, self.config.streaming, ex.client_socket, on_close)
+        try:
+            body.prime()
+        except EarlyStreamFailure as early:
+            self._log(ex, route, lease, 200, f"stream:{early.info.kind}", "return error", started)
+            raise ProxyError.from_info(early.info) from None
+        self._log(ex, route, lease, 200, "ok", "stream", started)
+        return RelayResult(200, dict(SSE_HEADERS), body)
+
+    def _whole(self, ex: Exchange, route: Route, lease: Lease, resp: Any, same_wire: bool,
+               started: float) -> RelayResult:
+        doc = self._read_json(route, lease, resp)
+        upstream_side = registry.UPSTREAMS[route.upstream.protocol]
+        decoded = upstream_side.decode_response(doc)
+        lease.release(usage=decoded.usage)
+        if ex.stream:
+            # Asked to stream, answered with one body: give the client the stream it expects.
+            self._log(ex, route, lease, resp.status_code, "ok", "return as stream", started)
+            encoder = registry.CLIENTS[ex.protocol].stream_encoder(ex)
+            frames = [f for ev in unfold(decoded) for f in encoder.encode(ev)]
+            return RelayResult(200, dict(SSE_HEADERS), b"".join(frames))
+        if same_wire:
+            out = registry.SAME_WIRE[route.upstream.protocol].normalise_response(doc, ex)
+        else:
+            out = registry.CLIENTS[ex.protocol].encode_response(decoded, ex)
+        self._log(ex, route, lease, resp.status_code, "ok", "return", started)
+        return RelayResult(200, {"Content-Type": "application/json"}, dumps(out))
+
+    def _read_json(self, route: Route, lease: Lease, resp: Any) -> dict[str, Any]:
+        raw = read_capped(resp, MAX_RESPONSE_BODY + 1)
+        if len(raw) > MAX_RESPONSE_BODY:
+            lease.release(failure="upstream_error")
+            raise ProxyError(502, f"upstream {route.upstream.name!r} answered with more than "
+                                  f"{MAX_RESPONSE_BODY >> 20} MiB; refusing to buffer it", "upstream_error")
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            doc = None
+        if not isinstance(doc, dict):
+            lease.release(failure="upstream_error")
+            raise ProxyError(502, f"upstream {route.upstream.name!r} returned a body that is not a JSON "
+                                  "object", "upstream_error")
+        return doc
+
+    def _log(self, ex: Exchange, route: Route, lease: Lease, status: Any, klass: str, action: str,
+             started: float) -> None:
+        log.info("attempt rid=%s upstream=%s account=%s status=%s class=%s action=%s elapsed_ms=%d",
+                 ex.request_id, route.upstream.name, lease.account.id, status, klass, action,
+                 (time.monotonic() - started) * 1000)
+
+
+class _Retry(Exception):
+    def __init__(self, info: ErrorInfo) -> None:
+        super().__init__(info.message)
+        self.info = info
+
+
+def _is_event_stream(content_type: str) -> bool:
+    return content_type.split(";", 1)[0].strip().lower() == "text/event-stream"
+
+
+def _client_error(info: ErrorInfo, raw: bytes | None, secrets: tuple[str, ...]) -> ProxyError:
+    """The upstream's error for the client. On the same-protocol path a well-formed error body
+    is relayed as the upstream wrote it (minus secrets); otherwise it is re-expressed."""
+    err = ProxyError.from_info(info)
+    if raw is not None:
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            doc = None
+        if isinstance(doc, dict) and isinstance(doc.get("error"), dict):
+            err.raw_body = scrub(raw.decode("utf-8", "replace"), secrets).encode("utf-8")
+    return err

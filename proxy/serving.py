@@ -1,0 +1,50 @@
+"""Gunicorn settings, shared by `gunicorn.conf.py` and by `llm-proxy serve` / `llm-proxy demo`.
+
+Owns how the service runs: gevent workers (one by default — a single gevent worker holds
+hundreds of streams, and in-memory state such as the response store stays consistent), worker
+timeouts that never kill a healthy long stream (the gevent worker heartbeats from its own
+greenlet, so only a worker whose event loop is blocked for `timeout` seconds is killed), a
+graceful shutdown that lets in-flight streams finish, and room for many open connections.
+
+Must stay import-light — stdlib only. It is imported in gunicorn's master process, before the
+gevent worker monkey-patches the standard library; importing Flask, requests or ssl here would
+defeat that. The app itself is imported by each worker (`preload_app` stays off).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+from typing import Any
+
+ACCESS_LOG_FORMAT = '%(h)s "%(r)s" %(s)s %(B)s %(M)sms rid=%({x-request-id}o)s ua="%(a)s"'
+
+
+def _raise_fd_limit(worker: Any) -> None:
+    """Each stream holds two sockets; the common soft limit of 1024 would cap us near 500."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = hard if hard != resource.RLIM_INFINITY else 65536
+    if soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+        except (ValueError, OSError):
+            worker.log.warning("could not raise the open-file limit above %d", soft)
+
+
+def settings(bind: str | None = None, workers: int | None = None) -> dict[str, Any]:
+    env = os.environ
+    return {
+        "bind": [bind or env.get("LLM_PROXY_BIND", "127.0.0.1:8080")],
+        "workers": workers or int(env.get("LLM_PROXY_WORKERS", "1")),
+        "worker_class": "gevent",
+        "worker_connections": int(env.get("LLM_PROXY_WORKER_CONNECTIONS", "4096")),
+        "timeout": int(env.get("LLM_PROXY_WORKER_TIMEOUT", "60")),
+        "graceful_timeout": int(env.get("LLM_PROXY_GRACEFUL_TIMEOUT", "60")),
+        "keepalive": int(env.get("LLM_PROXY_HTTP_KEEPALIVE", "5")),
+        "preload_app": False,
+        "accesslog": env.get("LLM_PROXY_ACCESS_LOG", "-"),
+        "access_log_format": ACCESS_LOG_FORMAT,
+        "errorlog": "-",
+        "loglevel": env.get("LLM_PROXY_GUNICORN_LOG_LEVEL", "info"),
+        "post_worker_init": _raise_fd_limit,
+    }

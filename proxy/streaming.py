@@ -1,0 +1,201 @@
+"""The streaming engine (gevent): upstream bytes in, one SSE frame per write out.
+
+Owns the life of one streamed response (DESIGN.md §2):
+- a reader greenlet pulls the upstream body into a bounded queue, so a slow client stops the
+  reading (TCP backpressure) instead of growing memory;
+- the WSGI body waits on that queue with a timeout: upstream silence produces the protocol's
+  keepalive every `keepalive_interval`, and silence past `idle_timeout` ends the stream with the
+  protocol's in-band error and terminator;
+- a watcher greenlet notices a client that hangs up while we are waiting on the upstream and
+  stops the stream at once, closing the upstream connection;
+- `prime()` runs the stream up to its first frame before any byte is committed to the client,
+  so an upstream that fails on its very first event can still be retried or answered with an
+  HTTP error status;
+- `close()` (called by the WSGI server however the response ends) stops both greenlets, closes
+  the upstream response and reports the outcome exactly once.
+Translation itself lives behind the `StreamRelay` it is given.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import time
+from collections.abc import Callable, Generator, Iterator
+from typing import Any
+
+import gevent
+import requests
+from gevent.queue import Empty, Full, Queue
+from gevent.socket import wait_read
+
+from proxy.config import Streaming
+from proxy.ir.response import ErrorInfo
+from proxy.sse import SSEParser
+from proxy.transcode import StreamRelay
+
+log = logging.getLogger(__name__)
+
+READ_SIZE = 16384
+_EOF = object()
+_CLIENT_GONE = object()
+
+
+class EarlyStreamFailure(Exception):
+    """The upstream failed before the client received anything: the caller may retry."""
+
+    def __init__(self, info: ErrorInfo) -> None:
+        super().__init__(info.message)
+        self.info = info
+
+
+class StreamOutcome:
+    """How a stream ended, for the relay's accounting."""
+
+    __slots__ = ("client_gone", "error", "frames", "usage")
+
+    def __init__(self) -> None:
+        self.frames = 0
+        self.client_gone = False
+        self.error: ErrorInfo | None = None
+        self.usage: Any = None
+
+
+class StreamingBody:
+    """A WSGI response iterable that relays one upstream stream."""
+
+    def __init__(
+        self,
+        upstream: requests.Response,
+        relay: StreamRelay,
+        settings: Streaming,
+        client_socket: socket.socket | None,
+        on_close: Callable[[StreamOutcome], None],
+    ) -> None:
+        self._upstream = upstream
+        self._relay = relay
+        self._settings = settings
+        self._on_close: Callable[[StreamOutcome], None] | None = on_close
+        self._queue: Queue = Queue(maxsize=settings.queue_size)
+        self._parser = SSEParser()
+        self._outcome = StreamOutcome()
+        self._primed: list[bytes] = []
+        self._reader = gevent.spawn(self._read_upstream)
+        self._watcher = gevent.spawn(self._watch_client, client_socket) if client_socket is not None else None
+        self._frames = self._run()
+
+    # ------------------------------------------------------------ WSGI iterable
+
+    def prime(self) -> None:
+        """Produce the first frame before the response is committed; raise EarlyStreamFailure if
+        the upstream's first event is already a failure."""
+        try:
+            first = next(self._frames)
+        except StopIteration:
+            first = None
+        failed = self._relay.failed
+        if failed is not None:  # nothing has reached the client yet: drop the frames, report
+            self.close()
+            raise EarlyStreamFailure(failed)
+        if first is not None:
+            self._primed.append(first)
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield from self._primed
+        self._primed = []
+        yield from self._frames
+
+    def close(self) -> None:
+        if self._on_close is None:
+            return
+        on_close, self._on_close = self._on_close, None
+        self._frames.close()
+        if self._watcher is not None:
+            self._watcher.kill(block=False)
+        self._reader.kill(block=True, timeout=1)
+        self._upstream.close()
+        self._outcome.usage = self._relay.usage
+        if self._outcome.error is None:
+            self._outcome.error = self._relay.failed
+        try:
+            on_close(self._outcome)
+        except Exception:
+            log.exception("stream accounting failed")
+
+    # ------------------------------------------------------------ the loop
+
+    def _run(self) -> Generator[bytes, None, None]:
+        relay, queue, parser, outcome = self._relay, self._queue, self._parser, self._outcome
+        interval = self._settings.keepalive_interval
+        idle_timeout = self._settings.idle_timeout
+        last_data = last_write = time.monotonic()
+        while not relay.done:
+            now = time.monotonic()
+            wait = min(last_write + interval, last_data + idle_timeout) - now
+            try:
+                item = queue.get(timeout=max(wait, 0.0))
+            except Empty:
+                now = time.monotonic()
+                if now - last_data >= idle_timeout:
+                    info = ErrorInfo("timeout", f"upstream sent nothing for {idle_timeout:g}s", 504)
+                    outcome.error = info
+                    frames = relay.fail(info)
+                else:
+                    frames = [relay.keepalive()]
+            else:
+                if item is _CLIENT_GONE:
+                    outcome.client_gone = True
+                    return
+                if item is _EOF:
+                    frames = [f for ev in parser.flush() for f in relay.feed(ev)]
+                    frames += relay.close()
+                elif isinstance(item, ErrorInfo):
+                    outcome.error = item
+                    frames = relay.fail(item)
+                else:
+                    last_data = time.monotonic()
+                    frames = [f for ev in parser.feed(item) for f in relay.feed(ev)]
+            for frame in frames:
+                outcome.frames += 1
+                yield frame
+            if frames:
+                last_write = time.monotonic()
+
+    def _read_upstream(self) -> None:
+        """Reader greenlet: upstream body → queue. Blocks on a full queue (backpressure)."""
+        read = self._upstream.raw.read1
+        put = self._queue.put
+        try:
+            while True:
+                data = read(READ_SIZE)
+                if not data:
+                    break
+                put(data)
+            put(_EOF)
+        except gevent.GreenletExit:
+            raise
+        except Exception as exc:
+            put(_read_error(exc))
+
+    def _watch_client(self, sock: socket.socket) -> None:
+        """Watcher greenlet: a client that hangs up makes its socket readable with EOF."""
+        try:
+            wait_read(sock.fileno())
+            if sock.recv(1, socket.MSG_PEEK):
+                return  # the client sent more data (pipelining): not a hang-up, stop watching
+        except gevent.GreenletExit:
+            raise
+        except OSError:
+            pass  # reset or closed: gone
+        self._reader.kill(block=False)
+        # If the queue is full the body is blocked writing to the client, and that write will fail.
+        with contextlib.suppress(Full):
+            self._queue.put_nowait(_CLIENT_GONE)
+
+
+def _read_error(exc: Exception) -> ErrorInfo:
+    text = f"{type(exc).__name__}: {exc}".lower()
+    if "timed out" in text or "timeout" in text:
+        return ErrorInfo("timeout", "upstream stopped sending before the stream finished (read timeout)", 504)
+    return ErrorInfo("upstream_error", "the upstream connection broke before the stream finished", 502)

@@ -1,0 +1,157 @@
+"""HTTP to the upstreams: one `requests` session per worker, credentials per protocol, and
+network failures turned into classified errors.
+
+Owns every outbound HTTP call (completions and model lists). The session's connection pool is
+sized for gevent (hundreds of concurrent streams share it, so it never blocks waiting for a free
+connection) and it does not consult proxy environment variables per request unless the config
+says `trust_env: true`. Nothing here decides *what* to send or whether to retry.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+import requests
+from requests.adapters import HTTPAdapter
+
+from proxy import __version__
+from proxy.config import Timeouts
+from proxy.ir.response import ErrorInfo
+
+log = logging.getLogger(__name__)
+
+USER_AGENT = f"llm-proxy/{__version__}"
+ANTHROPIC_VERSION = "2023-06-01"
+MAX_ERROR_BODY = 1 << 20  # read at most this much of an upstream error body
+# Where each upstream protocol's endpoints live under its base_url.
+PATHS = {"openai": "/chat/completions", "anthropic": "/messages", "responses": "/responses"}
+
+
+class UpstreamNetworkError(Exception):
+    """The upstream could not be reached or did not answer in time. `info` says how, for the client."""
+
+    def __init__(self, info: ErrorInfo, cause: str) -> None:
+        super().__init__(info.message)
+        self.info = info
+        self.cause = cause  # refused | reset | dns | tls | connect_timeout | header_timeout | other
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where and how one attempt is sent."""
+
+    upstream_name: str
+    protocol: str
+    base_url: str
+    api_key: str
+    timeouts: Timeouts
+    extra_headers: dict[str, str]
+    proxy: str | None = None
+
+
+def auth_headers(protocol: str, api_key: str) -> dict[str, str]:
+    if protocol == "anthropic":
+        return {"x-api-key": api_key, "anthropic-version": ANTHROPIC_VERSION}
+    return {"Authorization": f"Bearer {api_key}"}
+
+
+class UpstreamClient:
+    def __init__(self, trust_env: bool = False, pool_maxsize: int = 1024) -> None:
+        self.session = requests.Session()
+        self.session.trust_env = trust_env
+        # pool_block=False: under gevent a blocked pool would stall unrelated requests; an extra
+        # connection beyond the pool size is opened and discarded instead.
+        adapter = HTTPAdapter(pool_connections=64, pool_maxsize=pool_maxsize, max_retries=0, pool_block=False)
+        self.session.mount("http://", adapter)
+        self.session.mount("https://", adapter)
+        self.session.headers.clear()
+
+    def send(
+        self,
+        target: Target,
+        path: str,
+        body: bytes | None,
+        *,
+        stream: bool,
+        method: str = "POST",
+        request_id: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> requests.Response:
+        """Send one request; return once the status line and headers have arrived."""
+        all_headers = {
+            "User-Agent": USER_AGENT,
+            "Accept": "text/event-stream" if stream else "application/json",
+            # Compressed SSE would be held back by the decompressor; plain bytes stream as they come.
+            "Accept-Encoding": "identity" if stream else "gzip, deflate",
+            **target.extra_headers,
+            **(headers or {}),
+            **auth_headers(target.protocol, target.api_key),
+        }
+        if body is not None:
+            all_headers["Content-Type"] = "application/json"
+        if request_id:
+            all_headers["X-Request-Id"] = request_id
+        proxies = {"http": target.proxy, "https": target.proxy} if target.proxy else None
+        url = target.base_url + path
+        try:
+            return self.session.request(
+                method, url, data=body, headers=all_headers, stream=stream, proxies=proxies,
+                timeout=(target.timeouts.connect, target.timeouts.read), allow_redirects=False,
+            )
+        except requests.exceptions.RequestException as exc:
+            raise classify_network_error(exc, target) from None
+
+
+def classify_network_error(exc: BaseException, target: Target) -> UpstreamNetworkError:
+    """Describe a failure to talk to the upstream, without leaking anything secret."""
+    name = f"upstream {target.upstream_name!r}"
+    text = str(exc).lower()
+    if isinstance(exc, requests.exceptions.ConnectTimeout):
+        return _network(504, "timeout", "connect_timeout",
+                        f"{name} did not accept a connection within {target.timeouts.connect:g}s")
+    if isinstance(exc, requests.exceptions.ReadTimeout):
+        return _network(504, "timeout", "header_timeout",
+                        f"{name} sent no response within {target.timeouts.read:g}s")
+    if isinstance(exc, requests.exceptions.ProxyError):
+        return _network(502, "upstream_error", "proxy", f"the outbound proxy for {name} failed")
+    if isinstance(exc, requests.exceptions.SSLError):
+        return _network(502, "upstream_error", "tls", f"TLS handshake with {name} failed")
+    if "name or service not known" in text or "nodename nor servname" in text or "resolve" in text \
+            or "getaddrinfo" in text or "temporary failure in name resolution" in text:
+        return _network(502, "upstream_error", "dns", f"cannot resolve the host of {name}")
+    if "refused" in text:
+        return _network(502, "upstream_error", "refused", f"{name} refused the connection")
+    if "reset" in text or "aborted" in text or "remotedisconnected" in text or "closed connection" in text:
+        return _network(502, "upstream_error", "reset", f"{name} closed the connection before answering")
+    return _network(502, "upstream_error", "other", f"cannot reach {name}: {type(exc).__name__}")
+
+
+def _network(status: int, kind: str, cause: str, message: str) -> UpstreamNetworkError:
+    return UpstreamNetworkError(ErrorInfo(kind=kind, message=message, status=status), cause)
+
+
+def read_capped(resp: requests.Response, limit: int = MAX_ERROR_BODY) -> bytes:
+    """Read at most `limit` bytes of a body (an error body must not exhaust memory)."""
+    try:
+        data = resp.raw.read(limit, decode_content=True)
+    except Exception as exc:  # a body that breaks off is still an error we can report
+        log.debug("reading upstream error body failed: %s", type(exc).__name__)
+        data = b""
+    finally:
+        resp.close()
+    return data or b""
+
+
+def set_read_timeout(resp: requests.Response, seconds: float) -> None:
+    """Give a streaming response's socket its own read timeout, distinct from the header timeout.
+
+    requests applies one read timeout to the headers and to every later read; a stream needs the
+    header timeout first and then the (usually longer) idle deadline. http.client keeps the socket
+    behind a BufferedReader, so we reach it there and fall back silently if the layout changes.
+    """
+    sock: Any = getattr(getattr(getattr(getattr(resp.raw, "_fp", None), "fp", None), "raw", None), "_sock", None)
+    if isinstance(sock, socket.socket):
+        sock.settimeout(seconds)
