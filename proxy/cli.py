@@ -101,9 +101,11 @@ def _demo(bind: str) -> int:
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(demo_config(f"http://127.0.0.1:{port}/v1"))
         os.environ["LLM_PROXY_CONFIG"] = path
-        print(banner(bind), flush=True)
+        options = serving.settings(bind=bind, workers=1)
+        # Print the instructions once the socket is listening, so they are true when they appear.
+        options["when_ready"] = lambda _server: print(banner(bind), flush=True)
         try:
-            _run_gunicorn(serving.settings(bind=bind, workers=1))
+            _run_gunicorn(options)
         finally:
             upstream.terminate()
             upstream.wait(timeout=5)

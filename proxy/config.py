@@ -43,7 +43,7 @@ class Timeouts:
 class Streaming:
     keepalive_interval: float = 10.0  # upstream silence before the client gets a keepalive
     idle_timeout: float = 300.0  # upstream silence that ends a stream with an in-band error
-    queue_size: int = 64  # upstream reads buffered per stream before the reader stops reading
+    queue_size: int = 16  # upstream reads (up to 16 KiB each) buffered per stream before reading stops
 
 
 @dataclass(frozen=True)

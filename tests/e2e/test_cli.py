@@ -1,0 +1,96 @@
+"""The `llm-proxy` command as a user runs it: `serve` with a config, and `demo` with the snippets
+it prints pasted and run."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from openai import OpenAI
+
+from tests.conftest import CLIENT_KEY, ROOT, DemoUpstream, base_config, listening_socket
+
+LLM_PROXY = [sys.executable, "-m", "proxy.cli"]
+
+
+def test_serve_command_serves_the_config(tmp_path: Path, demo_upstream: DemoUpstream) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(base_config(demo_upstream.url)))
+    sock = listening_socket()
+    port = sock.getsockname()[1]
+    proc = subprocess.Popen([*LLM_PROXY, "serve", "--config", str(config), "--bind", f"fd://{sock.fileno()}"],
+                            pass_fds=[sock.fileno()], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    sock.close()
+    try:
+        client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=CLIENT_KEY, max_retries=0, timeout=20)
+        text = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
+            model="demo-model", stream=True, messages=[{"role": "user", "content": "hi [demo:pace=0]"}]))
+        assert text.startswith("Hello from the llm-proxy demo upstream.")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=15)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def demo() -> Iterator[tuple[str, str]]:
+    """`llm-proxy demo` running; yields (base URL, the banner it printed)."""
+    port = free_port()
+    proc = subprocess.Popen([*LLM_PROXY, "demo", "--bind", f"127.0.0.1:{port}"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            env={**os.environ, "LLM_PROXY_ACCESS_LOG": "/dev/null"})
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:  # the banner is printed once the proxy's socket is listening
+        lines.append(line)
+        if "Ctrl-C stops" in line:
+            break
+    try:
+        yield f"http://127.0.0.1:{port}", "".join(lines)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=15)
+
+
+def snippet(banner: str, title: str) -> str:
+    """The indented code block under `title` in the banner."""
+    block = banner.split(title, 1)[1].split("\n\n", 2)[1]
+    return "\n".join(line[2:] for line in block.splitlines())
+
+
+def test_demo_prints_what_a_user_needs(demo: tuple[str, str]) -> None:
+    url, banner = demo
+    assert f"Base URL:    {url}/v1" in banner
+    assert "Client key:  sk-demo" in banner
+
+
+def test_demo_openai_snippet_runs(demo: tuple[str, str]) -> None:
+    _, banner = demo
+    code = snippet(banner, "OpenAI SDK (pip install openai):")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("Hello from the llm-proxy demo upstream.")
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed on this machine")
+def test_demo_curl_snippet_streams_word_by_word(demo: tuple[str, str]) -> None:
+    _, banner = demo
+    command = snippet(banner, "curl (watch the answer arrive word by word):").replace("\\\n", " ")
+    out = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60)
+    frames = re.findall(r"^data: .*$", out.stdout, re.MULTILINE)
+    assert len(frames) > 30 and frames[-1] == "data: [DONE]"

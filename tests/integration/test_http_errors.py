@@ -1,0 +1,184 @@
+"""Every error is JSON in the OpenAI envelope with a message that says what to fix — never HTML,
+never a traceback, never an upstream key — plus auth, CORS and request ids on every response."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import (
+    CLIENT_KEY,
+    UPSTREAM_KEYS,
+    DemoUpstream,
+    ProxyServer,
+    base_config,
+    listening_socket,
+    start_proxy,
+    stop_proxy,
+)
+from tests.wire import request
+
+AUTH = {"Authorization": f"Bearer {CLIENT_KEY}"}
+CHAT = "/v1/chat/completions"
+HELLO = {"model": "demo-model", "messages": [{"role": "user", "content": "hi [demo:pace=0]"}]}
+
+
+def error_of(resp: Any, status: int) -> dict[str, Any]:
+    assert resp.status == status, (resp.status, resp.body())
+    assert resp.headers["content-type"].startswith("application/json")
+    body = resp.json()
+    resp.close()
+    err = body["error"]
+    assert isinstance(err["message"], str) and err["message"]
+    assert set(err) == {"message", "type", "param", "code"}
+    text = json.dumps(body)
+    assert "Traceback" not in text and "<html" not in text.lower()
+    for key in UPSTREAM_KEYS:
+        assert key not in text
+    return err
+
+
+@pytest.mark.parametrize(("raw", "headers", "expected"), [
+    (b"{not json", {"Content-Type": "application/json"}, "not valid JSON: Expecting property name"),
+    (b"[1, 2]", {"Content-Type": "application/json"}, "must be a JSON object"),
+    (b"", {"Content-Type": "application/json"}, "body is empty"),
+    (b"\xff\xfe{}", {"Content-Type": "application/json"}, "not valid UTF-8"),
+    (b'{"model": "m"}', {}, "Missing Content-Type"),
+    (b'{"model": "m"}', {"Content-Type": "text/plain"}, "Content-Type is 'text/plain'"),
+    (b"[" * 100000 + b"]" * 100000, {"Content-Type": "application/json"}, "nests JSON too deeply"),
+])
+def test_unreadable_bodies_are_400_saying_why(proxy: ProxyServer, raw: bytes, headers: dict[str, str],
+                                              expected: str) -> None:
+    err = error_of(request(proxy.url, "POST", CHAT, raw, {**AUTH, **headers}), 400)
+    assert expected in err["message"]
+    assert err["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize(("body", "expected"), [
+    ({"messages": []}, "model: is required"),
+    ({"model": 5, "messages": []}, "model: must be a string, not a number"),
+    ({"model": "m"}, "messages: is required"),
+    ({"model": "m", "messages": {}}, "messages: must be an array, not an object"),
+    ({"model": "m", "messages": []}, "messages: must contain at least one message"),
+    ({"model": "m", "messages": ["hi"]}, "messages[0]: must be an object, not a string"),
+    ({"model": "m", "messages": [{"content": "x"}]}, "messages[0].role: is required"),
+    ({"model": "m", "messages": [{"role": "robot", "content": "x"}]}, "messages[0].role: must be one of"),
+    ({"model": "m", "messages": [{"role": "user", "content": 7}]}, "messages[0].content: must be a string or an array"),
+    ({"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": "yes"}, "stream: must be a boolean"),
+    ({"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": "9"}, "max_tokens: must be an integer"),
+    ({"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": [1]}, "tools[0]: must be an object"),
+])
+def test_wrong_fields_are_400_naming_the_field(proxy: ProxyServer, body: dict[str, Any], expected: str) -> None:
+    err = error_of(request(proxy.url, "POST", CHAT, body, AUTH), 400)
+    assert expected in err["message"]
+
+
+def test_auth_missing_wrong_and_both_header_styles(proxy: ProxyServer) -> None:
+    err = error_of(request(proxy.url, "POST", CHAT, HELLO), 401)
+    assert "Missing API key" in err["message"] and err["code"] == "invalid_api_key"
+    err = error_of(request(proxy.url, "POST", CHAT, HELLO, {"Authorization": "Bearer sk-wrong"}), 401)
+    assert "Invalid API key" in err["message"]
+    err = error_of(request(proxy.url, "POST", CHAT, HELLO, {"Authorization": f"Bearer {UPSTREAM_KEYS[0]}"}), 401)
+    for headers in ({"x-api-key": CLIENT_KEY}, AUTH):
+        ok = request(proxy.url, "POST", CHAT, HELLO, headers)
+        assert ok.status == 200 and ok.json()["choices"][0]["message"]["content"]
+        ok.close()
+    models = request(proxy.url, "GET", "/v1/models", headers={"x-api-key": CLIENT_KEY})
+    assert models.status == 200
+    models.close()
+
+
+def test_unknown_path_and_wrong_method(proxy: ProxyServer) -> None:
+    err = error_of(request(proxy.url, "POST", "/v1/nope", HELLO, AUTH), 404)
+    assert "Unknown path POST /v1/nope" in err["message"] and "/v1/chat/completions" in err["message"]
+    err = error_of(request(proxy.url, "GET", CHAT, headers=AUTH), 405)
+    assert "Method GET is not allowed on /v1/chat/completions; use POST" in err["message"]
+
+
+def test_body_over_the_limit_is_413_before_it_is_sent(fast_proxy: ProxyServer) -> None:
+    # max_body_bytes is 4096: announce 10 MB and send none of it; the answer must not wait for it.
+    resp = request(fast_proxy.url, "POST", CHAT, None,
+                   {**AUTH, "Content-Type": "application/json", "Content-Length": str(10 << 20)}, timeout=5)
+    err = error_of(resp, 413)
+    assert "4096 bytes" in err["message"] and "max_body_bytes" in err["message"]
+
+
+def test_cors_preflight_and_headers(proxy: ProxyServer) -> None:
+    pre = request(proxy.url, "OPTIONS", CHAT, headers={
+        "Origin": "https://app.example", "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "content-type, authorization, x-stainless-os"})
+    assert pre.status == 200 and pre.body() == b""
+    assert pre.headers["access-control-allow-origin"] == "*"
+    assert pre.headers["access-control-allow-methods"] == "GET, POST, PUT, DELETE, OPTIONS"
+    assert "x-stainless-os" in pre.headers["access-control-allow-headers"]
+    pre.close()
+    plain = request(proxy.url, "OPTIONS", "/v1/models")
+    assert plain.status == 200
+    assert "X-API-Key" in plain.headers["access-control-allow-headers"]
+    plain.close()
+    resp = request(proxy.url, "POST", CHAT, HELLO, AUTH)
+    assert resp.headers["access-control-allow-origin"] == "*"
+    resp.close()
+
+
+def test_request_ids_kept_generated_and_sanitised(proxy: ProxyServer, demo_upstream: DemoUpstream) -> None:
+    kept = request(proxy.url, "POST", CHAT, HELLO, {**AUTH, "X-Request-Id": "my-id.123"})
+    assert kept.headers["x-request-id"] == "my-id.123"
+    kept.close()
+    assert demo_upstream.requests("my-id.123")[0]["headers"]["x-request-id"] == "my-id.123"
+    for given in ({}, {"X-Request-Id": "bad id\twith spaces"}):
+        resp = request(proxy.url, "POST", CHAT, HELLO, {**AUTH, **given})
+        assert resp.headers["x-request-id"].startswith("req_") and len(resp.headers["x-request-id"]) == 36
+        resp.close()
+    err = request(proxy.url, "POST", "/v1/nope", HELLO, AUTH)
+    assert err.headers["x-request-id"].startswith("req_")
+    err.close()
+
+
+# ---------------------------------------------------------------- broken upstreams
+
+
+@pytest.fixture(scope="module")
+def broken_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyServer]:
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))  # bound but not listening: connections are refused
+    refused_port = closed.getsockname()[1]
+    silent = listening_socket()  # listening but never accepting: the upstream never answers
+    config = base_config("http://127.0.0.1:1/v1", timeouts={"connect": 2, "read": 0.5})
+    config["upstreams"] = [
+        {"name": "refusing", "protocol": "openai", "base_url": f"http://127.0.0.1:{refused_port}/v1",
+         "accounts": [{"id": "r1", "api_key": UPSTREAM_KEYS[0]}], "models": {"serve": ["refused-*"]}},
+        {"name": "silent", "protocol": "openai", "base_url": f"http://127.0.0.1:{silent.getsockname()[1]}/v1",
+         "accounts": [{"id": "s1", "api_key": UPSTREAM_KEYS[1]}], "models": {"serve": ["silent-*"]}},
+    ]
+    server = start_proxy(config, Path(tmp_path_factory.mktemp("broken")))
+    yield server
+    stop_proxy(server)
+    closed.close()
+    silent.close()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_unreachable_upstream_is_502(broken_proxy: ProxyServer, stream: bool) -> None:
+    body = {"model": "refused-x", "stream": stream, "messages": [{"role": "user", "content": "hi"}]}
+    err = error_of(request(broken_proxy.url, "POST", CHAT, body, AUTH), 502)
+    assert err["message"] == "upstream 'refusing' refused the connection"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_upstream_without_an_answer_is_504(broken_proxy: ProxyServer, stream: bool) -> None:
+    body = {"model": "silent-x", "stream": stream, "messages": [{"role": "user", "content": "hi"}]}
+    started = time.monotonic()
+    err = error_of(request(broken_proxy.url, "POST", CHAT, body, AUTH), 504)
+    assert err["message"] == "upstream 'silent' sent no response within 0.5s"
+    assert err["code"] == "timeout"
+    assert time.monotonic() - started < 5
+    log = broken_proxy.log()
+    for key in (*UPSTREAM_KEYS, CLIENT_KEY):
+        assert key not in log

@@ -1,0 +1,96 @@
+"""Golden-transcript harness: replay a recorded upstream stream through a relay or decoder and
+compare with the expected client output, whole and split at every byte offset.
+
+`UPDATE_GOLDEN=1 pytest tests/translation` rewrites the goldens; review the diff before committing.
+Ids and timestamps the proxy mints are normalised so goldens are stable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from proxy.ir.events import Event
+from proxy.sse import SSEParser
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures" / "sse"
+GOLDEN = ROOT / "golden"
+
+_MINTED = [
+    (re.compile(r"chatcmpl-[0-9a-f]{24}"), "chatcmpl-<minted>"),
+    (re.compile(r"call_[0-9a-f]{24}"), "call_<minted>"),
+    (re.compile(r"msg_[0-9A-Za-z]{24}"), "msg_<minted>"),
+    (re.compile(r"(resp|rs|fc|ctc)_[0-9a-f]{32}"), r"\1_<minted>"),
+    (re.compile(r'"(created|created_at)":\s?1[789]\d{8}'), r'"\1":<now>'),
+]
+
+
+def fixture_names(protocol: str) -> list[str]:
+    return sorted(p.stem for p in (FIXTURES / protocol).glob("*.sse"))
+
+
+def fixture(protocol: str, name: str) -> bytes:
+    return (FIXTURES / protocol / f"{name}.sse").read_bytes()
+
+
+def normalise(text: str) -> str:
+    for pattern, replacement in _MINTED:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def splits(data: bytes) -> Iterable[list[bytes]]:
+    """The stream whole, byte by byte, and cut in two at every offset."""
+    yield [data]
+    yield [data[i:i + 1] for i in range(len(data))]
+    for cut in range(1, len(data)):
+        yield [data[:cut], data[cut:]]
+
+
+def run_frames(pieces: list[bytes], feed: Callable[[Any], list[bytes]], close: Callable[[], list[bytes]]) -> bytes:
+    parser = SSEParser()
+    out: list[bytes] = []
+    for piece in pieces:
+        for ev in parser.feed(piece):
+            out += feed(ev)
+    for ev in parser.flush():
+        out += feed(ev)
+    out += close()
+    return b"".join(out)
+
+
+def run_events(pieces: list[bytes], feed: Callable[[Any], list[Event]], close: Callable[[], list[Event]]) -> list[Event]:
+    parser = SSEParser()
+    out: list[Event] = []
+    for piece in pieces:
+        for ev in parser.feed(piece):
+            out += feed(ev)
+    for ev in parser.flush():
+        out += feed(ev)
+    return out + close()
+
+
+def events_json(events: list[Event]) -> str:
+    def encode(ev: Event) -> dict[str, Any]:
+        fields = dataclasses.asdict(ev)
+        part = getattr(ev, "part", None)
+        if part is not None:
+            fields["part"] = {"type": type(part).__name__, **dataclasses.asdict(part)}
+        return {"event": type(ev).__name__, **fields}
+    return "\n".join(json.dumps(encode(ev), ensure_ascii=False, sort_keys=True) for ev in events) + "\n"
+
+
+def check_golden(relative: str, actual: str) -> None:
+    path = GOLDEN / relative
+    if os.environ.get("UPDATE_GOLDEN"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(actual, encoding="utf-8")
+        return
+    assert path.exists(), f"missing golden {relative}; run with UPDATE_GOLDEN=1 and review it"
+    assert actual == path.read_text(encoding="utf-8"), f"output differs from golden {relative}"

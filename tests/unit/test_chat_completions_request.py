@@ -1,0 +1,84 @@
+"""Chat request → IR → Chat request: what a translated Chat upstream would receive."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from proxy.errors import ProxyError
+from proxy.ir.request import ImagePart, ReasoningPart, TextPart, ToolCallPart, ToolResultPart
+from proxy.protocols.chat_completions import request
+
+BODY = {
+    "model": "m",
+    "stream": True,
+    "stream_options": {"include_usage": True},
+    "messages": [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "What is this?"},
+                                     {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBOR", "detail": "low"}}]},
+        {"role": "assistant", "content": None, "reasoning_content": "look it up",
+         "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{\"a\":1}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "result"},
+    ],
+    "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+    "tool_choice": {"type": "function", "function": {"name": "f"}},
+    "max_completion_tokens": 100, "temperature": 0.2, "stop": "END", "reasoning_effort": "low",
+    "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}, "strict": True}},
+    "logprobs": True,
+}
+
+
+def test_decode_builds_the_ir() -> None:
+    req = request.decode(BODY)
+    assert [m.role for m in req.messages] == ["system", "user", "assistant", "tool"]
+    image = req.messages[1].parts[1]
+    assert isinstance(image, ImagePart) and (image.media_type, image.data, image.detail) == ("image/png", "iVBOR", "low")
+    assistant = req.messages[2].parts
+    assert isinstance(assistant[0], ReasoningPart) and isinstance(assistant[1], ToolCallPart)
+    result = req.messages[3].parts[0]
+    assert isinstance(result, ToolResultPart) and result.call_id == "call_1"
+    assert isinstance(result.content[0], TextPart) and result.content[0].text == "result"
+    assert req.tool_choice is not None and (req.tool_choice.mode, req.tool_choice.name) == ("tool", "f")
+    assert (req.max_tokens, req.stop, req.include_usage) == (100, ["END"], True)
+    assert req.reasoning is not None and req.reasoning.effort == "low"
+    assert req.response_format is not None and req.response_format.strict is True
+    assert req.extras == {"logprobs": True}
+
+
+def test_encode_gives_back_an_equivalent_chat_body() -> None:
+    out = request.encode(request.decode(BODY), "upstream-m", reasoning_passback=False)
+    assert out["model"] == "upstream-m"
+    assert out["messages"][1]["content"][1] == {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBOR",
+                                                                                  "detail": "low"}}
+    assert out["messages"][2] == {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{\"a\":1}"}}]}
+    assert out["messages"][3] == {"role": "tool", "tool_call_id": "call_1", "content": "result"}
+    assert out["tool_choice"] == {"type": "function", "function": {"name": "f"}}
+    assert out["stream_options"] == {"include_usage": True}
+    assert out["response_format"]["json_schema"]["strict"] is True
+    with_reasoning = request.encode(request.decode(BODY), "m", reasoning_passback=True)
+    assert with_reasoning["messages"][2]["reasoning_content"] == "look it up"
+
+
+def test_custom_tools_become_one_string_argument_functions() -> None:
+    body = {"model": "m", "messages": [
+        {"role": "assistant", "tool_calls": [{"id": "c", "type": "custom", "custom": {"name": "apply_patch", "input": "*** Begin"}}]}],
+        "tools": [{"type": "custom", "custom": {"name": "apply_patch", "format": {"type": "grammar", "definition": "start: x"}}}]}
+    out = request.encode(request.decode(body), "m")
+    assert out["tools"][0]["function"]["parameters"]["required"] == ["input"]
+    assert "start: x" in out["tools"][0]["function"]["description"]
+    assert json.loads(out["messages"][0]["tool_calls"][0]["function"]["arguments"]) == {"input": "*** Begin"}
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ({"model": "m", "messages": [{"role": "tool", "content": "x"}]}, "messages[0].tool_call_id: is required"),
+    ({"model": "m", "messages": [{"role": "user", "content": "x"}], "tool_choice": "sometimes"}, "tool_choice: must be"),
+    ({"model": "m", "messages": [{"role": "user", "content": "x"}], "response_format": {"type": "yaml"}},
+     "response_format.type: must be one of"),
+])
+def test_decode_errors_name_the_field(body: dict, message: str) -> None:  # type: ignore[type-arg]
+    with pytest.raises(ProxyError) as caught:
+        request.decode(body)
+    assert caught.value.info.status == 400 and message in caught.value.info.message

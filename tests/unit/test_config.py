@@ -1,0 +1,112 @@
+"""Config loading: the documented keys, ${VAR} expansion, and errors that name the key."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from proxy.config import ConfigError, load, parse
+
+MINIMAL: dict[str, Any] = {
+    "client_keys": ["sk-client-test"],
+    "upstreams": [{"name": "main", "protocol": "openai", "base_url": "http://127.0.0.1:9000/v1",
+                   "accounts": [{"id": "acct-1", "api_key": "sk-up-1"}, {"id": "acct-2", "api_key": "sk-up-2"}]}],
+}
+
+
+def with_(path: str, value: Any) -> dict[str, Any]:
+    doc = yaml.safe_load(yaml.safe_dump(MINIMAL))
+    node = doc
+    keys = path.split(".")
+    for key in keys[:-1]:
+        node = node[int(key)] if key.isdigit() else node[key]
+    if value is _DELETE:
+        del node[keys[-1]]
+    else:
+        node[keys[-1]] = value
+    return doc
+
+
+_DELETE = object()
+
+
+def test_the_issue_example_parses_with_defaults() -> None:
+    config = parse(MINIMAL)
+    assert config.client_keys == ("sk-client-test",)
+    (up,) = config.upstreams
+    assert (up.name, up.protocol, up.base_url) == ("main", "openai", "http://127.0.0.1:9000/v1")
+    assert [a.id for a in up.accounts] == ["acct-1", "acct-2"]
+    assert config.max_body_bytes == 32 * 2**20
+    assert config.streaming.keepalive_interval == 10 and config.streaming.idle_timeout == 300
+    assert config.model_list_ttl == 300
+    assert up.models.serve == ("*",) and not up.models.aliases
+
+
+def test_api_keys_never_show_in_reprs() -> None:
+    assert "sk-up-1" not in repr(parse(MINIMAL)) and "sk-client-test" not in repr(parse(MINIMAL))
+
+
+def test_env_vars_expand_with_defaults() -> None:
+    doc = with_("upstreams.0.accounts.0.api_key", "${UP_KEY}")
+    doc["upstreams"][0]["base_url"] = "${BASE:-http://localhost:1/v1}"
+    config = parse(doc, environ={"UP_KEY": "sk-from-env"})
+    assert config.upstreams[0].accounts[0].api_key == "sk-from-env"
+    assert config.upstreams[0].base_url == "http://localhost:1/v1"
+
+
+@pytest.mark.parametrize(("doc", "message"), [
+    (with_("upstreams.0.accounts.0.api_key", "${NOPE}"),
+     "upstreams[0].accounts[0].api_key: environment variable NOPE is not set"),
+    (with_("client_keys", []), "client_keys: must list at least one key"),
+    (with_("upstreams", []), "upstreams: must be a non-empty list"),
+    (with_("upstreams.0.protocol", "grpc"), "upstreams[0].protocol: must be one of openai, anthropic, responses"),
+    (with_("upstreams.0.base_url", "localhost:9000"), "upstreams[0].base_url: must be an http:// or https:// URL"),
+    (with_("upstreams.0.accounts.1.api_key", _DELETE), "upstreams[0].accounts[1].api_key: is required"),
+    (with_("upstreams.0.acounts", []), "upstreams[0].acounts: unknown key; expected one of accounts,"),
+    (with_("upstreams.0.accounts.1.id", "acct-1"), "upstreams[0].accounts[1].id: duplicate account id 'acct-1'"),
+    (with_("max_body_bytes", "lots"), "max_body_bytes: must be a size such as 33554432 or '32MiB'"),
+    (with_("streaming", {"keepalive_interval": "soon"}), "streaming.keepalive_interval: must be a number"),
+    (with_("timeouts", {"read": -1}), "timeouts.read: must be at least 0.001"),
+    (with_("upstreams.0.models", {"serve": "gpt-*", "aliases": ["x"]}), "upstreams[0].models.aliases: must be a mapping"),
+])
+def test_errors_name_the_key_and_the_problem(doc: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse(doc, environ={})
+    assert str(caught.value).startswith(message), str(caught.value)
+
+
+def test_sizes_accept_units() -> None:
+    assert parse(with_("max_body_bytes", "2MiB")).max_body_bytes == 2 * 2**20
+    assert parse(with_("max_body_bytes", "500 KB")).max_body_bytes == 500_000
+
+
+def test_load_reports_missing_file_and_bad_yaml(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load(str(tmp_path / "missing.yaml"))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("client_keys: [a\nupstreams: {")
+    with pytest.raises(ConfigError, match=r"is not valid YAML \(line \d+, column \d+\)"):
+        load(str(bad))
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "proxy.cli", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_check_config_ok_and_invalid_exit_codes(tmp_path: Path) -> None:
+    good = tmp_path / "good.yaml"
+    good.write_text(yaml.safe_dump(MINIMAL))
+    ok = run_cli("check-config", str(good))
+    assert ok.returncode == 0 and "OK (1 upstream(s), 2 account(s))" in ok.stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(with_("upstreams.0.protocol", "grpc")))
+    for args in (("check-config", str(bad)), ("serve", "--config", str(bad), "--bind", "127.0.0.1:1")):
+        result = run_cli(*args)
+        assert result.returncode == 2
+        assert result.stderr.strip().startswith("llm-proxy: config error: upstreams[0].protocol: must be one of")
+        assert "Traceback" not in result.stderr
