@@ -96,6 +96,9 @@ Handler = Callable[[HTTPRequest, Writer], None]
 
 def serve(listener: socket.socket, handler: Handler) -> StreamServer:
     def handle(sock: socket.socket, _addr: Any) -> None:
+        # Without this, Nagle's algorithm holds each small SSE write until the previous one is
+        # ACKed, and the client's delayed ACK turns that into ~40 ms per event.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         rfile = sock.makefile("rb")
         try:
             while True:
