@@ -200,3 +200,14 @@ def test_unknown_model_is_404_in_openai_shape(tmp_path, demo_upstream: DemoUpstr
         assert "gpt-unknown" in caught.value.message
     finally:
         stop_proxy(server)
+
+
+def test_model_list_is_fetched_with_a_pool_account_and_cached(proxy: ProxyServer, demo_upstream: DemoUpstream) -> None:
+    first, second = rid(), rid()
+    for request_id in (first, second):
+        client(proxy).models.list(extra_headers={"X-Request-Id": request_id})
+    fetched = demo_upstream.requests(first) + demo_upstream.requests(second)
+    # The first call may find the cache already warm from another test; the second never fetches.
+    assert demo_upstream.requests(second) == []
+    for seen in fetched:
+        assert seen["path"] == "/v1/models" and seen["key"] in UPSTREAM_KEYS
