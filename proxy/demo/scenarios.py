@@ -9,8 +9,10 @@ is the tool's result, answers in text. Directives in the last user message, writ
 
   reasoning         stream `reasoning_content` before the answer (also: reasoning_effort set,
                     or a model name containing "reason")
+  tool / tool=NAME  call a tool (the named one, else a shell-like one, else the first)
   parallel          two tool calls;   interleave  two tool calls whose fragments alternate
-  tool=NAME         call that tool;   length      stop early with finish_reason "length"
+  length            stop early with finish_reason "length"
+  stop=SEQ          stop early on stop sequence SEQ, reported as vLLM does (`stop_reason: SEQ`)
   words=N           answer length;    pace=MS     delay between chunks (default 30)
   status=CODE       fail with that HTTP status and an OpenAI error body
   fail-midstream    an error chunk after a few words, then the connection closes
@@ -76,7 +78,9 @@ def plan(body: dict[str, Any]) -> Plan:
     pace = float(d.get("pace", DEFAULT_PACE_MS)) / 1000.0
     messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
     tools = [t for t in body.get("tools") or [] if isinstance(t, dict)]
-    last = messages[-1] if messages else {}
+    # Clients may append system reminders after the user's turn (Claude Code does): skip them.
+    turns = [m for m in messages if m.get("role") not in ("system", "developer")]
+    last = turns[-1] if turns else {}
     reasoning = "reasoning" in d or bool(body.get("reasoning_effort")) or "reason" in model
     words_limit = int(d["words"]) if d.get("words") else None
 
@@ -97,8 +101,9 @@ def plan(body: dict[str, Any]) -> Plan:
             steps += [Step("chunk", chunker.chunk({"reasoning_content": word})), Step("sleep", pace)]
 
     calls: list[tuple[str, str]] = []
-    if tools and last.get("role") != "tool":
-        calls = _tool_calls(tools, d)
+    prompt = _last_text(last.get("content"))
+    if tools and last.get("role") != "tool" and _wants_tool(body, tools, d, prompt):
+        calls = _tool_calls(tools, d, prompt)
         text = ""
     elif last.get("role") == "tool":
         text = f"The tool returned: {_text(last.get('content'))[:200]}. That completes the task."
@@ -108,6 +113,8 @@ def plan(body: dict[str, Any]) -> Plan:
     finish = "tool_calls" if calls else "stop"
     if "length" in d:
         words, finish = words[:5], "length"
+    elif "stop" in d:
+        words = words[:6]
     elif words_limit is not None:
         words = (words * (words_limit // max(len(words), 1) + 1))[:words_limit]
     for i, word in enumerate(words):
@@ -128,14 +135,17 @@ def plan(body: dict[str, Any]) -> Plan:
              "prompt_tokens_details": {"cached_tokens": 0},
              "completion_tokens_details": {"reasoning_tokens": 14 if reasoning else 0}}
     want_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+    matched = d.get("stop") or None
     if "usage-on-finish" in d or chunker.quirky:
-        steps.append(Step("chunk", chunker.chunk({}, finish, usage=usage)))
+        steps.append(Step("chunk", chunker.chunk({}, finish, usage=usage, stop_reason=matched)))
     else:
-        steps.append(Step("chunk", chunker.chunk({}, finish)))
+        steps.append(Step("chunk", chunker.chunk({}, finish, stop_reason=matched)))
         if want_usage:
             steps.append(Step("chunk", chunker.usage_chunk(usage)))
-    return Plan(steps=steps, body=_whole(model, text, calls, finish, usage, reasoning, words),
-                done=not chunker.quirky)
+    whole = _whole(model, text, calls, finish, usage, reasoning, words)
+    if matched:
+        whole["choices"][0]["stop_reason"] = matched
+    return Plan(steps=steps, body=whole, done=not chunker.quirky)
 
 
 def _whole(model: str, text: str, calls: list[tuple[str, str]], finish: str, usage: dict[str, Any],
@@ -159,13 +169,16 @@ class _Chunker:
         self.id = f"stream:chat:{uuid.uuid4()}" if quirky else "chatcmpl-demo" + uuid.uuid4().hex[:12]
         self.created = int(time.time())
 
-    def chunk(self, delta: dict[str, Any], finish: str | None = None, usage: Any = None) -> dict[str, Any]:
+    def chunk(self, delta: dict[str, Any], finish: str | None = None, usage: Any = None,
+              stop_reason: str | None = None) -> dict[str, Any]:
         if self.quirky:
             delta = {"role": "assistant", **delta}  # role repeated on every chunk
+        choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        if stop_reason is not None:
+            choice["stop_reason"] = stop_reason
         chunk: dict[str, Any] = {
             "id": self.id, "object": "chat.completion" if self.quirky else "chat.completion.chunk",
-            "created": self.created, "model": self.model,
-            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+            "created": self.created, "model": self.model, "choices": [choice],
         }
         if usage is not None:
             chunk["usage"] = usage
@@ -184,13 +197,30 @@ class _Chunker:
         return self.chunk({"tool_calls": [entry]})
 
 
-def _tool_calls(tools: list[dict[str, Any]], d: dict[str, str]) -> list[tuple[str, str]]:
+SHELL_TOOLS = ("bash", "shell", "exec_command", "shell_command", "local_shell", "run_command", "terminal")
+_RUN_WORDS = re.compile(r"\b(run|execute|exec|list (the )?files|ls)\b", re.IGNORECASE)
+
+
+def _wants_tool(body: dict[str, Any], tools: list[dict[str, Any]], d: dict[str, str], prompt: str) -> bool:
+    if "tool" in d or "parallel" in d or "interleave" in d:
+        return True
+    choice = body.get("tool_choice")
+    if choice == "required" or (isinstance(choice, dict) and choice.get("type") in ("function", "custom")):
+        return True
+    names = [_tool_name(t) for t in tools]
+    if any(n and re.search(rf"\b{re.escape(n)}\b", prompt) for n in names):
+        return True
+    return bool(_RUN_WORDS.search(prompt)) and any(n.lower() in SHELL_TOOLS for n in names)
+
+
+def _tool_calls(tools: list[dict[str, Any]], d: dict[str, str], prompt: str) -> list[tuple[str, str]]:
     specs = [(_tool_name(t), _tool_schema(t)) for t in tools]
     specs = [(n, s) for n, s in specs if n]
     if not specs:
         return []
-    if d.get("tool"):
-        specs = [s for s in specs if s[0] == d["tool"]] or specs
+    named = [s for s in specs if s[0] == d.get("tool") or re.search(rf"\b{re.escape(s[0])}\b", prompt)]
+    shells = [s for s in specs if s[0].lower() in SHELL_TOOLS]
+    specs = named or shells or specs
     count = 2 if ("parallel" in d or "interleave" in d) else 1
     chosen = [specs[i % len(specs)] for i in range(count)]
     return [(name, json.dumps(sample_arguments(schema, name, i))) for i, (name, schema) in enumerate(chosen)]
@@ -267,6 +297,15 @@ def _function(tool: dict[str, Any]) -> dict[str, Any]:
 
 def _words(text: str) -> list[str]:
     return [*[w + " " for w in text.split(" ")][:-1], text.split(" ")[-1]] if text else []
+
+
+def _last_text(content: Any) -> str:
+    """The user's own words: the last text block (clients put reminders and context before it)."""
+    if isinstance(content, list):
+        texts = [str(p.get("text", "")) for p in content
+                 if isinstance(p, dict) and p.get("type") in ("text", "input_text")]
+        return texts[-1] if texts else ""
+    return _text(content)
 
 
 def _text(content: Any) -> str:
