@@ -68,6 +68,18 @@ class ModelRules:
 
 
 @dataclass(frozen=True)
+class ReasoningOptions:
+    """How reasoning travels to an OpenAI-compatible upstream."""
+
+    passback: bool = False  # send earlier reasoning back as `reasoning_content` (DeepSeek-style backends)
+    control: str = "none"  # how a client's request for reasoning reaches it; see REASONING_CONTROLS
+
+
+REASONING_CONTROLS = ("none", "reasoning_effort", "deepseek", "qwen", "openrouter")
+MAX_TOKENS_FIELDS = ("max_tokens", "max_completion_tokens")
+
+
+@dataclass(frozen=True)
 class Upstream:
     name: str
     protocol: str
@@ -77,6 +89,9 @@ class Upstream:
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     timeouts: Timeouts = field(default_factory=Timeouts)
     stream_usage: bool = True  # ask OpenAI-compatible upstreams for usage in streams
+    reasoning: ReasoningOptions = field(default_factory=ReasoningOptions)
+    max_output_tokens: int | None = None  # cap on (and, for Anthropic upstreams, default of) max_tokens
+    max_tokens_field: str = "max_tokens"  # OpenAI reasoning models need max_completion_tokens
 
 
 @dataclass(frozen=True)
@@ -159,7 +174,8 @@ def _upstream(raw: Any, path: str, default_timeouts: Timeouts) -> Upstream:
     _known(
         up,
         path,
-        {"name", "protocol", "base_url", "accounts", "models", "headers", "timeouts", "stream_usage"},
+        {"name", "protocol", "base_url", "accounts", "models", "headers", "timeouts", "stream_usage", "reasoning",
+         "max_output_tokens", "max_tokens_field"},
     )
     name = _str(_required(up, "name", path), f"{path}.name")
     protocol = _str(_required(up, "protocol", path), f"{path}.protocol")
@@ -186,6 +202,20 @@ def _upstream(raw: Any, path: str, default_timeouts: Timeouts) -> Upstream:
         headers={str(k): _str(v, f"{path}.headers.{k}") for k, v in headers.items()},
         timeouts=_timeouts(up.get("timeouts", {}), f"{path}.timeouts", default_timeouts),
         stream_usage=_bool(up.get("stream_usage", True), f"{path}.stream_usage"),
+        reasoning=_reasoning(up.get("reasoning", {}), f"{path}.reasoning"),
+        max_output_tokens=None if up.get("max_output_tokens") is None
+        else _int(up["max_output_tokens"], f"{path}.max_output_tokens", minimum=1),
+        max_tokens_field=_choice(up.get("max_tokens_field", "max_tokens"), f"{path}.max_tokens_field",
+                                 MAX_TOKENS_FIELDS),
+    )
+
+
+def _reasoning(raw: Any, path: str) -> ReasoningOptions:
+    r = _mapping(raw, path)
+    _known(r, path, {"passback", "control"})
+    return ReasoningOptions(
+        passback=_bool(r.get("passback", False), f"{path}.passback"),
+        control=_choice(r.get("control", "none"), f"{path}.control", REASONING_CONTROLS),
     )
 
 
@@ -297,6 +327,13 @@ def _str(value: Any, path: str) -> str:
     text = str(value)
     if not text.strip():
         raise ConfigError(path, "must not be empty")
+    return text
+
+
+def _choice(value: Any, path: str, allowed: tuple[str, ...]) -> str:
+    text = _str(value, path)
+    if text not in allowed:
+        raise ConfigError(path, f"must be one of {', '.join(allowed)} (got {text!r})")
     return text
 
 

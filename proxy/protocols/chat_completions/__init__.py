@@ -36,7 +36,7 @@ CLIENT = ClientSide(
 
 UPSTREAM = UpstreamSide(
     path="/chat/completions",
-    encode_request=lambda req, model, up: request.encode(req, model, stream_usage=up.stream_usage),
+    encode_request=request.encode,
     decode_response=response.decode,
     stream_decoder=lambda req, up: ChatStreamDecoder(expect_usage=up.stream_usage),
 )

@@ -12,6 +12,7 @@ import json
 import logging
 from typing import Any
 
+from proxy.config import Upstream
 from proxy.errors import invalid
 from proxy.ir.request import (
     AudioPart,
@@ -240,40 +241,72 @@ def _decode_response_format(fmt: Any) -> ResponseFormat | None:
 # ---------------------------------------------------------------- IR → Chat
 
 
-def encode(req: Request, model: str, *, reasoning_passback: bool = False,
-           stream_usage: bool = True) -> dict[str, Any]:
+def encode(req: Request, model: str, upstream: Upstream) -> dict[str, Any]:
     """Build the Chat body for an OpenAI-compatible upstream from the IR.
 
-    `reasoning_passback`: send earlier reasoning back as `reasoning_content` (DeepSeek-style
-    backends reject a tool-call history without it); otherwise reasoning is dropped.
-    `stream_usage`: ask for a usage chunk in streams, so the pool can count tokens.
+    The upstream's options decide what its dialect needs: whether earlier reasoning goes back as
+    `reasoning_content` (DeepSeek-style backends reject a tool-call history without it), how a
+    request for reasoning is spelled, which max-tokens field it takes and its output cap, and
+    whether streams ask for usage (so the pool can count tokens).
     """
+    passback = upstream.reasoning.passback
     body: dict[str, Any] = {"model": model, "messages": []}
     for msg in req.messages:
-        body["messages"].extend(_encode_message(msg, reasoning_passback))
+        body["messages"].extend(_encode_message(msg, passback))
     if req.tools:
         body["tools"] = [_encode_tool(t) for t in req.tools]
     if req.tool_choice is not None:
         body["tool_choice"] = _encode_tool_choice(req.tool_choice, req.tools)
     if req.parallel_tool_calls is not None and req.tools:
         body["parallel_tool_calls"] = req.parallel_tool_calls
+    if req.max_tokens is not None:
+        cap = upstream.max_output_tokens
+        body[upstream.max_tokens_field] = min(req.max_tokens, cap) if cap else req.max_tokens
     optional = {
-        "max_tokens": req.max_tokens, "temperature": req.temperature, "top_p": req.top_p,
-        "seed": req.seed, "presence_penalty": req.presence_penalty,
-        "frequency_penalty": req.frequency_penalty, "user": req.user,
+        "temperature": req.temperature, "top_p": req.top_p, "seed": req.seed,
+        "presence_penalty": req.presence_penalty, "frequency_penalty": req.frequency_penalty, "user": req.user,
     }
     body.update({k: v for k, v in optional.items() if v is not None})
     if req.stop:
         body["stop"] = req.stop
-    if req.reasoning is not None and req.reasoning.effort:
-        body["reasoning_effort"] = req.reasoning.effort
+    body.update(reasoning_fields(req.reasoning, upstream.reasoning.control))
     if req.response_format is not None:
         body["response_format"] = _encode_response_format(req.response_format)
     if req.stream:
         body["stream"] = True
-        if stream_usage or req.include_usage:
+        if upstream.stream_usage or req.include_usage:
             body["stream_options"] = {"include_usage": True}
     return body
+
+
+def reasoning_fields(reasoning: ReasoningConfig | None, control: str) -> dict[str, Any]:
+    """A client's request for reasoning in the dialect the upstream understands (config `reasoning.control`)."""
+    if reasoning is None or control == "none":
+        return {}
+    wanted = reasoning.enabled is not False and (
+        bool(reasoning.enabled) or reasoning.budget_tokens is not None or reasoning.effort not in (None, "none"))
+    effort = reasoning.effort or _effort_for_budget(reasoning.budget_tokens)
+    if control == "reasoning_effort":
+        return {"reasoning_effort": effort if wanted else "none"} if wanted or reasoning.effort else {}
+    if control == "deepseek":
+        return {"thinking": {"type": "enabled" if wanted else "disabled"}}
+    if control == "qwen":
+        fields: dict[str, Any] = {"enable_thinking": wanted}
+        if wanted and reasoning.budget_tokens:
+            fields["thinking_budget"] = reasoning.budget_tokens
+        return fields
+    # openrouter
+    if not wanted:
+        return {"reasoning": {"enabled": False}}
+    if reasoning.budget_tokens and not reasoning.effort:
+        return {"reasoning": {"max_tokens": reasoning.budget_tokens}}
+    return {"reasoning": {"effort": effort}}
+
+
+def _effort_for_budget(budget: int | None) -> str:
+    if budget is None:
+        return "medium"
+    return "low" if budget <= 2048 else "medium" if budget <= 8192 else "high"
 
 
 def _encode_message(msg: Message, reasoning_passback: bool) -> list[dict[str, Any]]:
@@ -282,10 +315,8 @@ def _encode_message(msg: Message, reasoning_passback: bool) -> list[dict[str, An
         images: list[ContentPart] = []
         for part in msg.parts:
             if isinstance(part, ToolResultPart):
-                text = part.text()
-                if part.is_error and text and not text.lower().startswith("error"):
-                    text = f"Error: {text}"
-                out.append({"role": "tool", "tool_call_id": part.call_id, "content": text})
+                # Chat has no error flag for tool results; the text is sent as the client wrote it.
+                out.append({"role": "tool", "tool_call_id": part.call_id, "content": part.text()})
                 images.extend(p for p in part.content if isinstance(p, ImagePart))
         if images:  # a Chat tool message carries text only; images follow as a user turn
             out.append({"role": "user", "content": [_encode_part(p) for p in images]})
@@ -310,7 +341,8 @@ def _encode_message(msg: Message, reasoning_passback: bool) -> list[dict[str, An
     parts = [p for p in msg.parts if isinstance(p, TextPart | ImagePart | FilePart | AudioPart)]
     message: dict[str, Any] = {"role": msg.role}
     if all(isinstance(p, TextPart) for p in parts) and (msg.role != "user" or len(parts) <= 1):
-        message["content"] = "".join(p.text for p in parts if isinstance(p, TextPart))
+        # System prompts arrive as several blocks (Anthropic); a newline keeps their boundaries.
+        message["content"] = "\n".join(p.text for p in parts if isinstance(p, TextPart))
     else:
         message["content"] = [_encode_part(p) for p in parts]
     if msg.name:

@@ -52,6 +52,13 @@ def finish_from_chat(reason: Any, saw_tool_calls: bool) -> str:
     return mapped
 
 
+def matched_stop(choice: dict[str, Any]) -> str | None:
+    """The stop sequence that ended the choice, where the server says (vLLM and SGLang put the
+    matched string in a non-standard `stop_reason`; OpenAI itself never says which one matched)."""
+    matched = choice.get("stop_reason")
+    return matched if isinstance(matched, str) and matched and choice.get("finish_reason") == "stop" else None
+
+
 def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
@@ -110,6 +117,9 @@ def decode(body: dict[str, Any]) -> Response:
         resp.output.append(ToolCallPart(id=str(call.get("id") or "call_" + uuid.uuid4().hex[:24]),
                                         name=str(fn.get("name") or ""), arguments=arguments))
     resp.finish_reason = finish_from_chat(choice.get("finish_reason") or "stop", bool(calls))
+    resp.stop_sequence = matched_stop(choice)
+    if resp.stop_sequence is not None and resp.finish_reason == ir.STOP:
+        resp.finish_reason = ir.STOP_SEQUENCE
     resp.usage = usage_from_chat(body.get("usage"))
     return resp
 

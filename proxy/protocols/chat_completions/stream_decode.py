@@ -24,10 +24,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.errors import parse_upstream_error
+from proxy.ir import response as ir
 from proxy.ir.events import BlockStart, BlockStop, Delta, Event, Failure, Finish, Start, UsageUpdate
 from proxy.ir.request import OutputPart, ReasoningPart, RefusalPart, TextPart, ToolCallPart
 from proxy.ir.response import ErrorInfo
-from proxy.protocols.chat_completions.response import finish_from_chat, usage_from_chat
+from proxy.protocols.chat_completions.response import finish_from_chat, matched_stop, usage_from_chat
 from proxy.sse import SSEEvent
 
 # Block keys: the three kinds of running text, or the upstream's index of a tool call.
@@ -50,6 +51,7 @@ class ChatStreamDecoder:
         self._started = False
         self._done = False
         self._finish: str | None = None  # raw finish_reason, held until usage arrives
+        self._stop_sequence: str | None = None
         self._usage_seen = False
         self._open: Key | None = None
         self._tools: dict[int, _ToolCall] = {}
@@ -139,6 +141,7 @@ class ChatStreamDecoder:
         reason = choice.get("finish_reason")
         if reason and self._finish is None:
             self._finish = str(reason)
+            self._stop_sequence = matched_stop(choice)
             self._flush_all(out)
             if self._usage_seen or not self._expect_usage:
                 self._end(out)
@@ -253,7 +256,11 @@ class ChatStreamDecoder:
             self._fail(out, "upstream ended the stream without sending any event")
             return
         self._done = True
-        out.append(Finish(finish_from_chat(self._finish or "stop", bool(self._tools))))
+        reason = finish_from_chat(self._finish or "stop", bool(self._tools))
+        if reason == ir.STOP and self._stop_sequence is not None:
+            out.append(Finish(ir.STOP_SEQUENCE, self._stop_sequence))
+        else:
+            out.append(Finish(reason))
 
     def _fail(self, out: list[Event], message: str) -> list[Event]:
         return self._fail_with(out, ErrorInfo(kind="upstream_error", message=message, status=502))
