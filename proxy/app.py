@@ -16,7 +16,7 @@ from flask import Flask
 from proxy import config as config_module
 from proxy import logs
 from proxy.auth import KeyChecker
-from proxy.blueprints import chat_completions, http, models
+from proxy.blueprints import chat_completions, http, messages, models
 from proxy.catalog import Catalog
 from proxy.config import Config
 from proxy.pool.pool import AccountPool
@@ -50,5 +50,6 @@ def create_app(config: Config | None = None) -> Flask:
     app.extensions["llm_proxy"] = state
     http.install(app, KeyChecker(config.client_keys), KeyChecker(config.admin_keys), config.max_body_bytes)
     app.register_blueprint(chat_completions.bp)
+    app.register_blueprint(messages.bp)
     app.register_blueprint(models.bp)
     return app

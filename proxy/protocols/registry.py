@@ -5,11 +5,12 @@ Pure: must not import Flask or requests.
 
 from __future__ import annotations
 
-from proxy.protocols import chat_completions
+from proxy.protocols import chat_completions, messages
 from proxy.protocols.codec import ClientSide, SameWire, UpstreamSide
 
 CLIENTS: dict[str, ClientSide] = {
     "chat_completions": chat_completions.CLIENT,
+    "messages": messages.CLIENT,
 }
 UPSTREAMS: dict[str, UpstreamSide] = {
     "openai": chat_completions.UPSTREAM,

@@ -1,0 +1,48 @@
+"""The Anthropic error envelope (PROTOCOLS.md §2.4): `{"type": "error", "error": {"type", "message"}}`.
+
+Owns the error type for each of the proxy's error kinds, for HTTP bodies and for the in-band
+`event: error` that ends a stream after its first byte. A context-window error is worded the way
+Anthropic words it ("prompt is too long: …"), which is what Claude Code looks for to compact.
+Pure: must not import Flask or requests.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy.ir.response import ErrorInfo
+from proxy.sse import named_frame
+
+TYPES = {
+    "invalid_request": "invalid_request_error",
+    "authentication": "authentication_error",
+    "billing": "billing_error",
+    "permission": "permission_error",
+    "not_found": "not_found_error",
+    "method_not_allowed": "invalid_request_error",
+    "request_too_large": "request_too_large",
+    "unsupported_media_type": "invalid_request_error",
+    "rate_limit": "rate_limit_error",
+    "api_error": "api_error",
+    "upstream_error": "api_error",
+    "unavailable": "overloaded_error",
+    "timeout": "timeout_error",
+    "overloaded": "overloaded_error",
+}
+
+
+def _message(info: ErrorInfo) -> str:
+    text = info.message
+    lowered = text.lower()
+    overflow = info.code == "context_length_exceeded" or "context length" in lowered or "context window" in lowered
+    if overflow and not text.startswith("prompt is too long"):
+        return f"prompt is too long: {text}"
+    return text
+
+
+def error_body(info: ErrorInfo) -> dict[str, Any]:
+    return {"type": "error", "error": {"type": TYPES.get(info.kind, "api_error"), "message": _message(info)}}
+
+
+def stream_error_frame(info: ErrorInfo) -> bytes:
+    return named_frame("error", error_body(info))

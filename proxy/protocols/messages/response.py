@@ -1,0 +1,87 @@
+"""Anthropic Message responses from the IR: content blocks, stop reasons and usage (§2.2, §6.1, §6.2).
+
+Owns the mapping shared by the non-stream body and the stream encoder: block shapes (a thinking
+block always carries a signature — minted by the proxy when the upstream gave none), tool ids made
+safe for Anthropic's `^[a-zA-Z0-9_-]+$`, stop reasons, and usage where `input_tokens` excludes the
+cache reads and writes that Anthropic reports separately.
+Pure: must not import Flask or requests.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from typing import Any
+
+from proxy.ir import response as ir
+from proxy.ir.reasoning import mint_signature
+from proxy.ir.request import OutputPart, ReasoningPart, RefusalPart, TextPart, ToolCallPart
+from proxy.ir.response import Response, Usage
+
+STOP_REASONS = {
+    ir.STOP: "end_turn",
+    ir.STOP_SEQUENCE: "stop_sequence",
+    ir.LENGTH: "max_tokens",
+    ir.TOOL_CALLS: "tool_use",
+    ir.CONTENT_FILTER: "refusal",
+    ir.CONTEXT_WINDOW: "model_context_window_exceeded",
+    ir.PAUSE: "pause_turn",
+}
+_UNSAFE_ID = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+def new_id() -> str:
+    return "msg_" + uuid.uuid4().hex[:24]
+
+
+def tool_id(raw: str) -> str:
+    """Anthropic tool ids must match ^[a-zA-Z0-9_-]+$; some upstreams mint ids like `functions.f:0`."""
+    return _UNSAFE_ID.sub("_", raw) or "toolu_" + uuid.uuid4().hex[:24]
+
+
+def usage_body(usage: Usage) -> dict[str, Any]:
+    return {
+        "input_tokens": usage.uncached_input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cache_creation_input_tokens": usage.cache_write_tokens,
+        "cache_read_input_tokens": usage.cache_read_tokens,
+    }
+
+
+def tool_input(arguments: str) -> dict[str, Any]:
+    """Tool arguments as the object Anthropic requires; text that is not a JSON object is wrapped."""
+    if not arguments.strip():
+        return {}
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return {"input": arguments}
+    return value if isinstance(value, dict) else {"input": value}
+
+
+def block(part: OutputPart) -> dict[str, Any]:
+    if isinstance(part, ReasoningPart):
+        if part.redacted is not None:
+            return {"type": "redacted_thinking", "data": part.redacted}
+        return {"type": "thinking", "thinking": part.text, "signature": part.signature or mint_signature(part.text)}
+    if isinstance(part, ToolCallPart):
+        return {"type": "tool_use", "id": tool_id(part.id), "name": part.name, "input": tool_input(part.arguments)}
+    if isinstance(part, TextPart | RefusalPart):
+        return {"type": "text", "text": part.text}
+    raise TypeError(f"not an output part: {part!r}")
+
+
+def encode(resp: Response, model: str) -> dict[str, Any]:
+    content = [block(p) for p in resp.output if not (isinstance(p, TextPart) and not p.text)]
+    reason = resp.finish_reason or ir.STOP
+    return {
+        "id": resp.id if resp.id.startswith("msg_") else new_id(),
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": STOP_REASONS.get(reason, "end_turn"),
+        "stop_sequence": resp.stop_sequence if reason == ir.STOP_SEQUENCE else None,
+        "usage": usage_body(resp.usage or Usage()),
+    }
