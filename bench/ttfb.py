@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.conftest import CLIENT_KEY, base_config, start_demo_upstream, start_proxy, stop_proxy  # noqa: E402
+from tests.conftest import CLIENT_KEY, base_config, start_demo_upstream, start_proxy, stop_proxy
 
 BODY = json.dumps({"model": "demo-model", "stream": True,
                    "messages": [{"role": "user", "content": "Hello [demo:pace=0] [demo:words=3]"}]}).encode()

@@ -26,6 +26,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 CLIENT_KEY = "sk-client-test"
 UPSTREAM_KEYS = ("sk-up-1", "sk-up-2")
+ALL_UPSTREAM_KEYS = (*UPSTREAM_KEYS, "sk-up-ds")
 
 
 def listening_socket() -> socket.socket:
@@ -122,9 +123,17 @@ def stop_proxy(server: ProxyServer) -> None:
 
 @pytest.fixture(scope="session")
 def proxy(demo_upstream: DemoUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyServer]:
-    """The proxy with default settings in front of the demo upstream."""
+    """The proxy with default settings in front of the demo upstream; models named `deepseek-*` go to
+    a second upstream (the same demo server) configured like a DeepSeek-style backend."""
     config = base_config(demo_upstream.url)
     config["upstreams"][0]["models"] = {"aliases": {"alias-model": "demo-model"}}
+    config["upstreams"].insert(0, {
+        "name": "deepseek", "protocol": "openai", "base_url": demo_upstream.url,
+        "accounts": [{"id": "ds-1", "api_key": "sk-up-ds"}],
+        "models": {"serve": ["deepseek-*"], "list_upstream": False},
+        "reasoning": {"passback": True, "control": "deepseek"},
+        "max_output_tokens": 8192,
+    })
     server = start_proxy(config, tmp_path_factory.mktemp("proxy"))
     yield server
     stop_proxy(server)

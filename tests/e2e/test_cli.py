@@ -94,3 +94,11 @@ def test_demo_curl_snippet_streams_word_by_word(demo: tuple[str, str]) -> None:
     out = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60)
     frames = re.findall(r"^data: .*$", out.stdout, re.MULTILINE)
     assert len(frames) > 30 and frames[-1] == "data: [DONE]"
+
+
+def test_demo_anthropic_snippet_runs(demo: tuple[str, str]) -> None:
+    _, banner = demo
+    code = snippet(banner, "Anthropic SDK (pip install anthropic):")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("Hello from the llm-proxy demo upstream.")

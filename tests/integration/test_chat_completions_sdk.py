@@ -88,7 +88,7 @@ def test_stream_usage_only_when_asked_and_always_requested_upstream(
 def test_stream_helper_tool_call(proxy: ProxyServer) -> None:
     with client(proxy).chat.completions.stream(
             model="demo-model", tools=WEATHER,
-            messages=[{"role": "user", "content": "Weather in Paris? [demo:pace=0]"}]) as stream:
+            messages=[{"role": "user", "content": "Use get_weather for Paris [demo:pace=0]"}]) as stream:
         events = [ev.type for ev in stream]
         final = stream.get_final_completion()
     (call,) = final.choices[0].message.tool_calls
@@ -115,12 +115,12 @@ def test_stream_helper_parallel_tool_calls(proxy: ProxyServer, directive: str) -
 def test_tool_round_trip_non_stream(proxy: ProxyServer, demo_upstream: DemoUpstream) -> None:
     oai = client(proxy)
     first = oai.chat.completions.create(model="demo-model", tools=WEATHER,
-                                        messages=[{"role": "user", "content": "Weather? [demo:pace=0]"}])
+                                        messages=[{"role": "user", "content": "Weather? [demo:tool] [demo:pace=0]"}])
     call = first.choices[0].message.tool_calls[0]
     request_id = rid()
     second = oai.chat.completions.create(
         model="demo-model", tools=WEATHER, extra_headers={"X-Request-Id": request_id},
-        messages=[{"role": "user", "content": "Weather? [demo:pace=0]"},
+        messages=[{"role": "user", "content": "Weather? [demo:tool] [demo:pace=0]"},
                   first.choices[0].message.model_dump(exclude_none=True),
                   {"role": "tool", "tool_call_id": call.id, "content": "sunny, 21C"}])
     assert "sunny, 21C" in second.choices[0].message.content

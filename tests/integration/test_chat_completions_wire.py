@@ -111,7 +111,7 @@ def test_client_hangup_while_waiting_on_a_silent_upstream(
 def test_tool_call_framing_first_delta_names_later_deltas_do_not(proxy: ProxyServer) -> None:
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
         "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
-    chunks = chat(proxy, "[demo:quirky] [demo:pace=0]", tools=tools).rest()
+    chunks = chat(proxy, "[demo:quirky] [demo:tool] [demo:pace=0]", tools=tools).rest()
     entries = [e for c in chunks[:-1] for ch in sse_data(c)["choices"]
                for e in ch["delta"].get("tool_calls") or []]
     assert entries[0]["id"] == "call_demo0" and entries[0]["type"] == "function"

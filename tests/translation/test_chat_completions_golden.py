@@ -10,15 +10,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from openai._models import construct_type
-from openai.lib.streaming.chat import ChatCompletionStreamState
-from openai.types.chat import ChatCompletionChunk
 
 from proxy.ir.fold import check_well_formed, fold
 from proxy.protocols.chat_completions.passthrough import ChatPassthroughStream
 from proxy.protocols.chat_completions.stream_decode import ChatStreamDecoder
 from proxy.protocols.chat_completions.stream_encode import ChatStreamEncoder
 from proxy.transcode import Translation
+from tests.clients import read_chat_stream
 from tests.translation.golden import (
     check_golden,
     events_json,
@@ -42,20 +40,6 @@ def decode(pieces: list[bytes]) -> list:  # type: ignore[type-arg]
 def passthrough(pieces: list[bytes], include_usage: bool = True) -> bytes:
     relay = ChatPassthroughStream(MODEL, client_wants_usage=include_usage)
     return run_frames(pieces, relay.feed, relay.close)
-
-
-def sdk_final(stream: bytes):  # type: ignore[no-untyped-def]
-    """What openai-python's stream helper makes of a Chat stream."""
-    state = ChatCompletionStreamState()
-    for frame in stream.split(b"\n\n"):
-        if not frame.startswith(b"data: ") or frame == b"data: [DONE]":
-            continue
-        data = json.loads(frame[6:])
-        if "error" in data:
-            return ("error", data["error"]["message"])
-        state.handle_chunk(construct_type(type_=ChatCompletionChunk, value=data))
-    # The snapshot, not get_final_completion(): the helper raises LengthFinishReasonError by design.
-    return state.current_completion_snapshot
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -82,7 +66,7 @@ def test_passthrough_golden_at_every_split(name: str) -> None:
 def test_passthrough_reads_back_in_the_sdk_as_the_decoder_saw_it(name: str) -> None:
     data = fixture("chat_completions", name)
     ir = fold(decode([data]))
-    final = sdk_final(passthrough([data]))
+    final = read_chat_stream(passthrough([data]))
     if ir.error is not None:
         assert final == ("error", ir.error.message) or isinstance(final, tuple)
         return
@@ -123,5 +107,5 @@ def test_chat_encoder_round_trips_through_the_decoder(name: str) -> None:
     assert (second.error is None) == (first.error is None)
     if first.error is None:
         assert second.usage == first.usage
-        final = sdk_final(encoded)
+        final = read_chat_stream(encoded)
         assert final.model == MODEL and final.choices[0].message.role == "assistant"

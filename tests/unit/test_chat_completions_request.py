@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from proxy.config import Account, ReasoningOptions, Upstream
 from proxy.errors import ProxyError
 from proxy.ir.request import ImagePart, ReasoningPart, TextPart, ToolCallPart, ToolResultPart
 from proxy.protocols.chat_completions import request
@@ -30,6 +31,12 @@ BODY = {
 }
 
 
+PLAIN = Upstream(name="u", protocol="openai", base_url="http://u/v1", accounts=(Account("a", "k"),))
+DEEPSEEK = Upstream(name="d", protocol="openai", base_url="http://d/v1", accounts=(Account("a", "k"),),
+                    reasoning=ReasoningOptions(passback=True, control="deepseek"), max_output_tokens=50,
+                    max_tokens_field="max_completion_tokens")
+
+
 def test_decode_builds_the_ir() -> None:
     req = request.decode(BODY)
     assert [m.role for m in req.messages] == ["system", "user", "assistant", "tool"]
@@ -48,7 +55,7 @@ def test_decode_builds_the_ir() -> None:
 
 
 def test_encode_gives_back_an_equivalent_chat_body() -> None:
-    out = request.encode(request.decode(BODY), "upstream-m", reasoning_passback=False)
+    out = request.encode(request.decode(BODY), "upstream-m", PLAIN)
     assert out["model"] == "upstream-m"
     assert out["messages"][1]["content"][1] == {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBOR",
                                                                                   "detail": "low"}}
@@ -58,15 +65,18 @@ def test_encode_gives_back_an_equivalent_chat_body() -> None:
     assert out["tool_choice"] == {"type": "function", "function": {"name": "f"}}
     assert out["stream_options"] == {"include_usage": True}
     assert out["response_format"]["json_schema"]["strict"] is True
-    with_reasoning = request.encode(request.decode(BODY), "m", reasoning_passback=True)
-    assert with_reasoning["messages"][2]["reasoning_content"] == "look it up"
+    assert out["max_tokens"] == 100 and "reasoning_effort" not in out and "thinking" not in out
+    deepseek = request.encode(request.decode(BODY), "m", DEEPSEEK)
+    assert deepseek["messages"][2]["reasoning_content"] == "look it up"
+    assert deepseek["thinking"] == {"type": "enabled"}
+    assert deepseek["max_completion_tokens"] == 50 and "max_tokens" not in deepseek
 
 
 def test_custom_tools_become_one_string_argument_functions() -> None:
     body = {"model": "m", "messages": [
         {"role": "assistant", "tool_calls": [{"id": "c", "type": "custom", "custom": {"name": "apply_patch", "input": "*** Begin"}}]}],
         "tools": [{"type": "custom", "custom": {"name": "apply_patch", "format": {"type": "grammar", "definition": "start: x"}}}]}
-    out = request.encode(request.decode(body), "m")
+    out = request.encode(request.decode(body), "m", PLAIN)
     assert out["tools"][0]["function"]["parameters"]["required"] == ["input"]
     assert "start: x" in out["tools"][0]["function"]["description"]
     assert json.loads(out["messages"][0]["tool_calls"][0]["function"]["arguments"]) == {"input": "*** Begin"}
@@ -82,3 +92,21 @@ def test_decode_errors_name_the_field(body: dict, message: str) -> None:  # type
     with pytest.raises(ProxyError) as caught:
         request.decode(body)
     assert caught.value.info.status == 400 and message in caught.value.info.message
+
+
+@pytest.mark.parametrize(("control", "reasoning", "expected"), [
+    ("reasoning_effort", {"effort": "high"}, {"reasoning_effort": "high"}),
+    ("reasoning_effort", {"enabled": True, "budget_tokens": 1024}, {"reasoning_effort": "low"}),
+    ("reasoning_effort", {"enabled": True, "budget_tokens": 30000}, {"reasoning_effort": "high"}),
+    ("reasoning_effort", {"enabled": False}, {}),
+    ("deepseek", {"enabled": True}, {"thinking": {"type": "enabled"}}),
+    ("deepseek", {"enabled": False}, {"thinking": {"type": "disabled"}}),
+    ("qwen", {"enabled": True, "budget_tokens": 4096}, {"enable_thinking": True, "thinking_budget": 4096}),
+    ("openrouter", {"enabled": True, "budget_tokens": 4096}, {"reasoning": {"max_tokens": 4096}}),
+    ("openrouter", {"effort": "low"}, {"reasoning": {"effort": "low"}}),
+    ("none", {"effort": "high"}, {}),
+])
+def test_reasoning_controls(control: str, reasoning: dict, expected: dict) -> None:  # type: ignore[type-arg]
+    from proxy.ir.request import Reasoning
+
+    assert request.reasoning_fields(Reasoning(**reasoning), control) == expected

@@ -1,0 +1,46 @@
+"""Real coding agents against the proxy in front of the simulated upstream, as a user runs them.
+
+Opt-in, because the CLIs come from npm: install them once, then point the tests at them:
+
+    npm install --prefix ~/llm-clients @anthropic-ai/claude-code @openai/codex
+    LLM_PROXY_CLIENTS_BIN=~/llm-clients/node_modules/.bin python -m pytest tests/e2e/test_real_clients.py
+
+They talk only to the proxy on loopback (telemetry and update checks disabled), from a scratch
+home directory so no user configuration leaks in.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import CLIENT_KEY, DemoUpstream, ProxyServer
+
+BIN = os.environ.get("LLM_PROXY_CLIENTS_BIN")
+pytestmark = pytest.mark.skipif(not BIN, reason="set LLM_PROXY_CLIENTS_BIN to run Claude Code / Codex end to end")
+
+
+def claude(proxy: ProxyServer, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        "PATH": os.environ["PATH"], "HOME": str(home), "ANTHROPIC_BASE_URL": proxy.url, "ANTHROPIC_API_KEY": CLIENT_KEY,
+        "DISABLE_TELEMETRY": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+    }
+    return subprocess.run([str(Path(BIN or "") / "claude"), *args], cwd=home, env=env, capture_output=True,
+                          text=True, timeout=180)
+
+
+def test_claude_code_answers_a_prompt(proxy: ProxyServer, tmp_path: Path) -> None:
+    result = claude(proxy, tmp_path, "-p", "Say hello")
+    assert result.returncode == 0, result.stderr
+    assert "Hello from the llm-proxy demo upstream." in result.stdout
+
+
+def test_claude_code_runs_a_tool_round_trip(proxy: ProxyServer, demo_upstream: DemoUpstream, tmp_path: Path) -> None:
+    result = claude(proxy, tmp_path, "-p", "Run ls in the current directory", "--allowedTools", "Bash")
+    assert result.returncode == 0, result.stderr
+    # The simulated model asked Claude Code's Bash tool to echo; Claude Code ran it and sent the output back.
+    assert "The tool returned: hello from the llm-proxy demo" in result.stdout
