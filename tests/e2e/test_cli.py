@@ -79,10 +79,10 @@ def test_demo_prints_what_a_user_needs(demo: tuple[str, str]) -> None:
     assert "Client key:  sk-demo" in banner
 
 
-def test_demo_openai_snippet_runs(demo: tuple[str, str]) -> None:
+@pytest.mark.parametrize("title", ["OpenAI SDK (pip install openai):", "Anthropic SDK (pip install anthropic):"])
+def test_demo_sdk_snippets_run(demo: tuple[str, str], title: str) -> None:
     _, banner = demo
-    code = snippet(banner, "OpenAI SDK (pip install openai):")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", snippet(banner, title)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("Hello from the llm-proxy demo upstream.")
 
@@ -95,10 +95,3 @@ def test_demo_curl_snippet_streams_word_by_word(demo: tuple[str, str]) -> None:
     frames = re.findall(r"^data: .*$", out.stdout, re.MULTILINE)
     assert len(frames) > 30 and frames[-1] == "data: [DONE]"
 
-
-def test_demo_anthropic_snippet_runs(demo: tuple[str, str]) -> None:
-    _, banner = demo
-    code = snippet(banner, "Anthropic SDK (pip install anthropic):")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("Hello from the llm-proxy demo upstream.")

@@ -13,7 +13,7 @@ import os
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from proxy.ir.events import Event
 from proxy.sse import SSEParser
@@ -21,6 +21,7 @@ from proxy.sse import SSEParser
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures" / "sse"
 GOLDEN = ROOT / "golden"
+T = TypeVar("T")
 
 _MINTED = [
     (re.compile(r"chatcmpl-[0-9a-f]{24}"), "chatcmpl-<minted>"),
@@ -53,27 +54,24 @@ def splits(data: bytes) -> Iterable[list[bytes]]:
         yield [data[:cut], data[cut:]]
 
 
-def run_frames(pieces: list[bytes], feed: Callable[[Any], list[bytes]], close: Callable[[], list[bytes]]) -> bytes:
+def replay(pieces: list[bytes], feed: Callable[[Any], list[T]], close: Callable[[], list[T]]) -> list[T]:
+    """Feed the pieces through the SSE parser into `feed`, then end the stream with `close`."""
     parser = SSEParser()
-    out: list[bytes] = []
-    for piece in pieces:
-        for ev in parser.feed(piece):
-            out += feed(ev)
-    for ev in parser.flush():
-        out += feed(ev)
-    out += close()
-    return b"".join(out)
-
-
-def run_events(pieces: list[bytes], feed: Callable[[Any], list[Event]], close: Callable[[], list[Event]]) -> list[Event]:
-    parser = SSEParser()
-    out: list[Event] = []
+    out: list[T] = []
     for piece in pieces:
         for ev in parser.feed(piece):
             out += feed(ev)
     for ev in parser.flush():
         out += feed(ev)
     return out + close()
+
+
+def run_frames(pieces: list[bytes], feed: Callable[[Any], list[bytes]], close: Callable[[], list[bytes]]) -> bytes:
+    return b"".join(replay(pieces, feed, close))
+
+
+def run_events(pieces: list[bytes], feed: Callable[[Any], list[Event]], close: Callable[[], list[Event]]) -> list[Event]:
+    return replay(pieces, feed, close)
 
 
 def events_json(events: list[Event]) -> str:
