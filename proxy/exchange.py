@@ -9,6 +9,7 @@ Pure data: must not import Flask or requests.
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,8 @@ class Exchange:
     headers: dict[str, str] = field(default_factory=dict)  # lower-cased client headers we may forward
     client_socket: socket.socket | None = None
     ir: Request | None = None
+    # Called with the final response object when the answer completes (the Responses store).
+    on_complete: Callable[[dict[str, Any]], None] | None = None
 
     def passthrough_to(self, upstream_protocol: str) -> bool:
         return SAME_WIRE[self.protocol] == upstream_protocol

@@ -142,7 +142,7 @@ class StreamingBody:
                     outcome.error = info
                     frames = relay.fail(info)
                 else:
-                    frames = [relay.keepalive()]
+                    frames = relay.keepalive()
             else:
                 if item is _CLIENT_GONE:
                     outcome.client_gone = True

@@ -81,8 +81,8 @@ class ChatPassthroughStream:
             return self.fail(ErrorInfo("upstream_error", "upstream closed the stream without sending any event", 502))
         return self.fail(ErrorInfo("upstream_error", "upstream closed the stream before it finished", 502))
 
-    def keepalive(self) -> bytes:
-        return KEEPALIVE_COMMENT
+    def keepalive(self) -> list[bytes]:
+        return [KEEPALIVE_COMMENT]
 
     def fail(self, info: ErrorInfo) -> list[bytes]:
         if self.done:

@@ -339,7 +339,8 @@ def _encode_message(msg: Message, reasoning_passback: bool) -> list[dict[str, An
             chat["reasoning_content"] = thinking
         return [chat]
     parts = [p for p in msg.parts if isinstance(p, TextPart | ImagePart | FilePart | AudioPart)]
-    message: dict[str, Any] = {"role": msg.role}
+    # OpenAI treats developer like system; many compatible servers reject the developer role.
+    message: dict[str, Any] = {"role": "system" if msg.role == "developer" else msg.role}
     if all(isinstance(p, TextPart) for p in parts) and (msg.role != "user" or len(parts) <= 1):
         # System prompts arrive as several blocks (Anthropic); a newline keeps their boundaries.
         message["content"] = "\n".join(p.text for p in parts if isinstance(p, TextPart))

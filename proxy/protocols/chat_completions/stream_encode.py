@@ -76,8 +76,8 @@ class ChatStreamEncoder:
             return self.fail(ev.error)
         return []  # BlockStop and Signature have no Chat spelling
 
-    def keepalive(self) -> bytes:
-        return KEEPALIVE_COMMENT  # a comment: openai-python json-decodes every data-bearing event
+    def keepalive(self) -> list[bytes]:
+        return [KEEPALIVE_COMMENT]  # a comment: openai-python json-decodes every data-bearing event
 
     def fail(self, info: ErrorInfo) -> list[bytes]:
         if self.done:

@@ -64,8 +64,8 @@ class MessagesStreamEncoder:
             return self.fail(ev.error)
         return []
 
-    def keepalive(self) -> bytes:
-        return PING
+    def keepalive(self) -> list[bytes]:
+        return [PING]
 
     def fail(self, info: ErrorInfo) -> list[bytes]:
         if self.done:
