@@ -16,11 +16,12 @@ from flask import Flask
 from proxy import config as config_module
 from proxy import logs
 from proxy.auth import KeyChecker
-from proxy.blueprints import chat_completions, http, messages, models
+from proxy.blueprints import chat_completions, http, messages, models, responses
 from proxy.catalog import Catalog
 from proxy.config import Config
 from proxy.pool.pool import AccountPool
 from proxy.relay import Relay
+from proxy.response_store import ResponseStore
 from proxy.routing import Router
 from proxy.upstream import UpstreamClient
 
@@ -31,6 +32,7 @@ class AppState:
     relay: Relay
     catalog: Catalog
     pools: dict[str, AccountPool]
+    response_store: ResponseStore
 
 
 def create_app(config: Config | None = None) -> Flask:
@@ -44,12 +46,15 @@ def create_app(config: Config | None = None) -> Flask:
     pools = {u.name: AccountPool(u) for u in config.upstreams}
     secrets = tuple(a.api_key for u in config.upstreams for a in u.accounts)
     relay = Relay(config, Router(config.upstreams), pools, client, secrets)
-    state = AppState(config=config, relay=relay, catalog=Catalog(config, pools, client), pools=pools)
+    store = ResponseStore(config.response_store.max_entries, config.response_store.ttl)
+    state = AppState(config=config, relay=relay, catalog=Catalog(config, pools, client), pools=pools,
+                     response_store=store)
 
     app = Flask("proxy")
     app.extensions["llm_proxy"] = state
     http.install(app, KeyChecker(config.client_keys), KeyChecker(config.admin_keys), config.max_body_bytes)
     app.register_blueprint(chat_completions.bp)
     app.register_blueprint(messages.bp)
+    app.register_blueprint(responses.bp)
     app.register_blueprint(models.bp)
     return app

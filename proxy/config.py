@@ -47,6 +47,12 @@ class Streaming:
 
 
 @dataclass(frozen=True)
+class ResponseStoreConfig:
+    max_entries: int = 1000  # responses kept for previous_response_id / item_reference / GET
+    ttl: float = 86400.0  # seconds a stored response stays retrievable
+
+
+@dataclass(frozen=True)
 class Account:
     id: str
     api_key: str = field(repr=False)
@@ -103,6 +109,7 @@ class Config:
     timeouts: Timeouts = field(default_factory=Timeouts)
     streaming: Streaming = field(default_factory=Streaming)
     model_list_ttl: float = 300.0
+    response_store: ResponseStoreConfig = field(default_factory=ResponseStoreConfig)
     trust_env: bool = False  # let `requests` read HTTP(S)_PROXY / NO_PROXY from the environment
     log_level: str = "info"
     source: str = "<memory>"
@@ -135,7 +142,7 @@ def parse(raw: Any, environ: Mapping[str, str] | None = None, source: str = "<me
         "",
         {
             "client_keys", "admin_keys", "upstreams", "max_body_bytes", "timeouts", "streaming",
-            "model_list_ttl", "trust_env", "log_level", "state_path",
+            "model_list_ttl", "trust_env", "log_level", "state_path", "response_store",
         },
     )
     client_keys = _keys(top.get("client_keys"), "client_keys", required=True)
@@ -160,6 +167,7 @@ def parse(raw: Any, environ: Mapping[str, str] | None = None, source: str = "<me
         timeouts=timeouts,
         streaming=_streaming(top.get("streaming", {}), "streaming"),
         model_list_ttl=_number(top.get("model_list_ttl", 300), "model_list_ttl", minimum=0),
+        response_store=_response_store(top.get("response_store", {}), "response_store"),
         trust_env=_bool(top.get("trust_env", False), "trust_env"),
         log_level=log_level,
         source=source,
@@ -258,6 +266,15 @@ def _timeouts(raw: Any, path: str, base: Timeouts) -> Timeouts:
     return Timeouts(
         connect=_number(t.get("connect", base.connect), f"{path}.connect", minimum=0.001),
         read=_number(t.get("read", base.read), f"{path}.read", minimum=0.001),
+    )
+
+
+def _response_store(raw: Any, path: str) -> ResponseStoreConfig:
+    r = _mapping(raw, path)
+    _known(r, path, {"max_entries", "ttl"})
+    return ResponseStoreConfig(
+        max_entries=_int(r.get("max_entries", 1000), f"{path}.max_entries", minimum=0),
+        ttl=_number(r.get("ttl", 86400), f"{path}.ttl", minimum=1),
     )
 
 

@@ -5,12 +5,13 @@ Pure: must not import Flask or requests.
 
 from __future__ import annotations
 
-from proxy.protocols import chat_completions, messages
+from proxy.protocols import chat_completions, messages, responses
 from proxy.protocols.codec import ClientSide, SameWire, UpstreamSide
 
 CLIENTS: dict[str, ClientSide] = {
     "chat_completions": chat_completions.CLIENT,
     "messages": messages.CLIENT,
+    "responses": responses.CLIENT,
 }
 UPSTREAMS: dict[str, UpstreamSide] = {
     "openai": chat_completions.UPSTREAM,

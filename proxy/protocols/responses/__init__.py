@@ -1,0 +1,44 @@
+"""The OpenAI Responses protocol: `/v1/responses` (and, later, `protocol: responses` upstreams)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy.exchange import Exchange
+from proxy.ir.response import Response
+from proxy.protocols.chat_completions.errors import error_body
+from proxy.protocols.codec import ClientSide
+from proxy.protocols.responses import request, response
+from proxy.protocols.responses.conversation import input_items
+from proxy.protocols.responses.stream_encode import ResponsesStreamEncoder
+
+
+def custom_tools(body: dict[str, Any]) -> set[str]:
+    """Names of the request's freeform tools, whose calls go back as custom_tool_call items."""
+    return {str(t.get("name")) for t in body.get("tools") or [] if isinstance(t, dict) and t.get("type") == "custom"}
+
+
+def include_encrypted(body: dict[str, Any]) -> bool:
+    include = body.get("include")
+    return isinstance(include, list) and "reasoning.encrypted_content" in include
+
+
+def _encode_response(resp: Response, ex: Exchange) -> dict[str, Any]:
+    out = response.encode(resp, ex.body, ex.model, custom_tools(ex.body), include_encrypted(ex.body))
+    if ex.on_complete is not None:
+        ex.on_complete(out)
+    return out
+
+
+def _stream_encoder(ex: Exchange) -> ResponsesStreamEncoder:
+    return ResponsesStreamEncoder(ex.body, ex.model, custom_tools(ex.body), include_encrypted(ex.body), ex.on_complete)
+
+
+CLIENT = ClientSide(
+    decode_request=lambda body: request.decode(body, input_items(body)),
+    encode_response=_encode_response,
+    stream_encoder=_stream_encoder,
+    error_body=error_body,
+)
+
+__all__ = ["CLIENT"]

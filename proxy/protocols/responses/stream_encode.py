@@ -1,0 +1,243 @@
+"""Internal events → an OpenAI Responses stream, strict enough for Codex, openai-python and Vercel.
+
+Owns the client side of PROTOCOLS.md §3.3 as a state machine. Every event is `event: <type>` +
+`data:` with `sequence_number` counting from 0. `response.created` then `response.in_progress`
+open the stream (both with the full response object and the same id); each block becomes one
+output item, opened with `output_item.added` and always closed with its `done` events and an
+`output_item.done` carrying the complete item (Codex acts only on those) before the next one
+opens, `output_index` in the order items were added:
+
+  text       → message: content_part.added, output_text.delta…, output_text.done, content_part.done
+  refusal    → message: content_part.added (refusal), refusal.delta…, refusal.done, content_part.done
+  reasoning  → reasoning: reasoning_summary_part.added, reasoning_summary_text.delta…, .done, part.done
+  tool call  → function_call: function_call_arguments.delta…, function_call_arguments.done
+  custom tool→ custom_tool_call: custom_tool_call_input.delta, .done (sent whole: the Chat upstream
+               wraps the raw input in JSON, which cannot be unwrapped fragment by fragment)
+
+The stream ends with `response.completed` (or `response.incomplete` with
+`incomplete_details.reason`) carrying every item and the usage. A message's `done` events wait for
+the next event, because only the finish reason says whether it is `completed` or `incomplete`. A
+failure closes the open item, then sends `error` and `response.failed` with `error.code`.
+Keepalives are a repeated `response.in_progress`: Codex's idle timer counts events, not comments.
+Pure: must not import Flask or requests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from proxy.ir.events import BlockStart, BlockStop, Delta, Event, Failure, Finish, Signature, Start, UsageUpdate
+from proxy.ir.request import OutputPart, ReasoningPart, RefusalPart, ToolCallPart
+from proxy.ir.response import ErrorInfo, Usage
+from proxy.protocols.chat_completions.errors import error_body
+from proxy.protocols.responses.response import (
+    ResponseObject,
+    call_item,
+    custom_input,
+    failure_code,
+    message_item,
+    new_id,
+    reasoning_item,
+    status_for,
+    text_part,
+)
+from proxy.sse import named_frame
+
+
+class _Item:
+    """The output item being streamed."""
+
+    def __init__(self, index: int, part: OutputPart, kind: str, item_id: str) -> None:
+        self.index = index
+        self.part = part
+        self.kind = kind  # message | refusal | reasoning | function_call | custom_tool_call
+        self.id = item_id
+        self.text: list[str] = []
+        self.encrypted: str | None = None
+
+
+class ResponsesStreamEncoder:
+    def __init__(self, body: dict[str, Any], model: str, custom_tools: set[str], include_encrypted: bool,
+                 on_complete: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.response = ResponseObject(body, model)
+        self.done = False
+        self._custom_tools = custom_tools
+        self._include_encrypted = include_encrypted
+        self._on_complete = on_complete
+        self._seq = 0
+        self._created = False
+        self._output: list[dict[str, Any]] = []  # finished items, in output_index order
+        self._open: _Item | None = None
+        self._held: _Item | None = None  # a finished message whose done events await its status
+        self._usage = Usage()
+
+    # ------------------------------------------------------------ contract
+
+    def encode(self, ev: Event) -> list[bytes]:
+        if self.done:
+            return []
+        if isinstance(ev, Delta):
+            return self._delta(ev.text)
+        if isinstance(ev, BlockStart):
+            return [*self._release("completed"), *self._open_item(ev.part)]
+        if isinstance(ev, BlockStop):
+            return self._close_item()
+        if isinstance(ev, Signature):
+            if self._open is not None and self._open.kind == "reasoning":
+                self._open.encrypted = ev.encrypted
+            return []
+        if isinstance(ev, UsageUpdate):
+            self._usage.merge(ev.usage)
+            return []
+        if isinstance(ev, Start):
+            if ev.usage is not None:
+                self._usage.merge(ev.usage)
+            return self._begin()
+        if isinstance(ev, Finish):
+            return self._finish(ev.reason)
+        if isinstance(ev, Failure):
+            return self.fail(ev.error)
+        return []
+
+    def keepalive(self) -> list[bytes]:
+        if not self._created:
+            return self._begin()
+        return [self._event("response.in_progress", response=self.response.snapshot("in_progress", []))]
+
+    def fail(self, info: ErrorInfo) -> list[bytes]:
+        if self.done:
+            return []
+        frames = self._begin()
+        if self._open is not None:
+            frames += self._close_item(status="incomplete")
+        frames += self._release("completed")
+        self.done = True
+        etype = error_body(info)["error"]["type"]
+        frames.append(self._event("error", error={"type": etype, "code": failure_code(info), "message": info.message,
+                                                  "param": None}))
+        usage = self._usage if self._usage.total_tokens else None
+        frames.append(self._event("response.failed",
+                                  response=self.response.snapshot("failed", self._output, usage, error=info)))
+        return frames
+
+    # ------------------------------------------------------------ lifecycle
+
+    def _begin(self) -> list[bytes]:
+        if self._created:
+            return []
+        self._created = True
+        snapshot = self.response.snapshot("in_progress", [])
+        return [self._event("response.created", response=snapshot),
+                self._event("response.in_progress", response=snapshot)]
+
+    def _finish(self, reason: str) -> list[bytes]:
+        status = status_for(reason)
+        frames = [*self._begin(), *self._release(status)]
+        self.done = True
+        final = self.response.snapshot(status, self._output, self._usage, finish_reason=reason)
+        frames.append(self._event(f"response.{status}", response=final))
+        if self._on_complete is not None:
+            self._on_complete(final)
+        return frames
+
+    # ------------------------------------------------------------ items
+
+    def _open_item(self, part: OutputPart) -> list[bytes]:
+        index = len(self._output)  # a held message was released by the caller just before
+        if isinstance(part, ToolCallPart):
+            custom = part.name in self._custom_tools
+            kind = "custom_tool_call" if custom else "function_call"
+            item = _Item(index, part, kind, part.item_id or new_id("ctc" if custom else "fc"))
+            self._open = item
+            if custom:
+                return []  # sent whole at its end (see module docstring)
+            return [self._added(item, call_item(item.id, part, False, "in_progress"))]
+        if isinstance(part, ReasoningPart):
+            item = _Item(index, part, "reasoning", part.id or new_id("rs"))
+            self._open = item
+            added = reasoning_item(item.id, "", part.encrypted, self._include_encrypted)
+            return [self._added(item, added),
+                    self._event("response.reasoning_summary_part.added", item_id=item.id, output_index=index,
+                                summary_index=0, part={"type": "summary_text", "text": ""})]
+        refusal = isinstance(part, RefusalPart)
+        item = _Item(index, part, "refusal" if refusal else "message", new_id("msg"))
+        self._open = item
+        empty = {"type": "refusal", "refusal": ""} if refusal else text_part("")
+        return [self._added(item, message_item(item.id, [], "in_progress")),
+                self._event("response.content_part.added", item_id=item.id, output_index=index, content_index=0,
+                            part=empty)]
+
+    def _delta(self, text: str) -> list[bytes]:
+        item = self._open
+        if item is None or not text:
+            return []
+        item.text.append(text)
+        where = {"item_id": item.id, "output_index": item.index}
+        if item.kind == "message":
+            return [self._event("response.output_text.delta", **where, content_index=0, delta=text, logprobs=[])]
+        if item.kind == "refusal":
+            return [self._event("response.refusal.delta", **where, content_index=0, delta=text)]
+        if item.kind == "reasoning":
+            return [self._event("response.reasoning_summary_text.delta", **where, summary_index=0, delta=text)]
+        if item.kind == "function_call":
+            return [self._event("response.function_call_arguments.delta", **where, delta=text)]
+        return []  # custom tool input is sent whole when the call ends
+
+    def _close_item(self, status: str = "completed") -> list[bytes]:
+        item, self._open = self._open, None
+        if item is None:
+            return []
+        text = "".join(item.text)
+        where = {"item_id": item.id, "output_index": item.index}
+        if item.kind in ("message", "refusal"):
+            if status == "completed":
+                self._held = item  # its status is known only at the next event
+                return []
+            self._held = item
+            return self._release(status)
+        if item.kind == "reasoning":
+            done = reasoning_item(item.id, text, item.encrypted, self._include_encrypted)
+            return [self._event("response.reasoning_summary_text.done", **where, summary_index=0, text=text),
+                    self._event("response.reasoning_summary_part.done", **where, summary_index=0,
+                                part={"type": "summary_text", "text": text}),
+                    self._done(item, done)]
+        assert isinstance(item.part, ToolCallPart)
+        call = ToolCallPart(item.part.id, item.part.name, text, item.part.kind, item.id)
+        if item.kind == "custom_tool_call":
+            raw = custom_input(text)
+            return [self._added(item, call_item(item.id, call, True, "in_progress")),
+                    self._event("response.custom_tool_call_input.delta", **where, delta=raw),
+                    self._event("response.custom_tool_call_input.done", **where, input=raw),
+                    self._done(item, call_item(item.id, call, True, "completed"))]
+        return [self._event("response.function_call_arguments.done", **where, name=call.name, arguments=text),
+                self._done(item, call_item(item.id, call, False, "completed"))]
+
+    def _release(self, status: str) -> list[bytes]:
+        """Send the held message's done events, now that its status is known."""
+        item, self._held = self._held, None
+        if item is None:
+            return []
+        text = "".join(item.text)
+        where = {"item_id": item.id, "output_index": item.index, "content_index": 0}
+        if item.kind == "refusal":
+            part = {"type": "refusal", "refusal": text}
+            frames = [self._event("response.refusal.done", **where, refusal=text)]
+        else:
+            part = text_part(text)
+            frames = [self._event("response.output_text.done", **where, text=text, logprobs=[])]
+        frames.append(self._event("response.content_part.done", **where, part=part))
+        frames.append(self._done(item, message_item(item.id, [part], status)))
+        return frames
+
+    def _added(self, item: _Item, body: dict[str, Any]) -> bytes:
+        return self._event("response.output_item.added", output_index=item.index, item=body)
+
+    def _done(self, item: _Item, body: dict[str, Any]) -> bytes:
+        self._output.append(body)
+        return self._event("response.output_item.done", output_index=item.index, item=body)
+
+    def _event(self, kind: str, **fields: Any) -> bytes:
+        frame = named_frame(kind, {"type": kind, "sequence_number": self._seq, **fields})
+        self._seq += 1
+        return frame
