@@ -60,3 +60,33 @@ def read_chat_stream(data: bytes) -> Any:
         state.handle_chunk(openai_construct(type_=ChatCompletionChunk, value=payload))
     # The snapshot, not get_final_completion(): the helper raises LengthFinishReasonError by design.
     return state.current_completion_snapshot
+
+
+@dataclass
+class ResponsesRead:
+    final: Any = None  # what responses.stream(...).get_final_response() returns (None without response.completed)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    error: dict[str, Any] | None = None  # an event with a top-level "error" (openai-python raises APIError)
+
+
+def read_responses_stream(data: bytes) -> ResponsesRead:
+    """openai-python's Stream + ResponseStreamState (the `responses.stream()` helper) on raw bytes."""
+    from openai import omit
+    from openai._streaming import SSEDecoder as OpenAISSEDecoder
+    from openai.lib.streaming.responses._responses import ResponseStreamState
+    from openai.types.responses import ResponseStreamEvent
+
+    read = ResponsesRead()
+    state: ResponseStreamState[Any] = ResponseStreamState(input_tools=omit, text_format=omit)
+    for sse in OpenAISSEDecoder().iter_bytes(iter([data])):
+        if sse.data.startswith("[DONE]"):
+            break
+        payload = sse.json()
+        assert sse.event == payload["type"], f"event: {sse.event} carries data of type {payload['type']}"
+        read.events.append(payload)
+        if payload.get("error"):
+            read.error = payload
+            continue  # openai-python raises here; keep reading to check the terminal events too
+        state.handle_event(openai_construct(type_=ResponseStreamEvent, value=payload))  # type: ignore[arg-type]
+    read.final = state._completed_response
+    return read

@@ -44,3 +44,29 @@ def test_claude_code_runs_a_tool_round_trip(proxy: ProxyServer, demo_upstream: D
     assert result.returncode == 0, result.stderr
     # The simulated model asked Claude Code's Bash tool to echo; Claude Code ran it and sent the output back.
     assert "The tool returned: hello from the llm-proxy demo" in result.stdout
+
+
+def codex(proxy: ProxyServer, home: Path, prompt: str) -> subprocess.CompletedProcess[str]:
+    codex_home = home / "codex-home"
+    codex_home.mkdir(exist_ok=True)
+    (codex_home / "config.toml").write_text(
+        'model = "demo-model"\nmodel_provider = "llmproxy"\n\n[model_providers.llmproxy]\nname = "llm-proxy"\n'
+        f'base_url = "{proxy.url}/v1"\nenv_key = "LLMPROXY_API_KEY"\nwire_api = "responses"\n')
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), "CODEX_HOME": str(codex_home), "LLMPROXY_API_KEY": CLIENT_KEY}
+    return subprocess.run([str(Path(BIN or "") / "codex"), "exec", "--skip-git-repo-check", prompt], cwd=home, env=env,
+                          capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+
+
+def test_codex_answers_a_prompt(proxy: ProxyServer, tmp_path: Path) -> None:
+    result = codex(proxy, tmp_path, "Say hello")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().startswith("Hello from the llm-proxy demo upstream.")
+
+
+def test_codex_runs_a_shell_command_round_trip(proxy: ProxyServer, tmp_path: Path) -> None:
+    result = codex(proxy, tmp_path, "Run ls in this directory")
+    assert result.returncode == 0, result.stderr
+    # The simulated model asked for `echo …` through Codex's shell tool; Codex ran it (stderr shows the
+    # command) and sent the output back as function_call_output, which the final answer quotes.
+    assert "echo hello from the llm-proxy demo" in result.stderr
+    assert "hello from the llm-proxy demo" in result.stdout and "That completes the task." in result.stdout

@@ -26,9 +26,9 @@ T = TypeVar("T")
 _MINTED = [
     (re.compile(r"chatcmpl-[0-9a-f]{24}"), "chatcmpl-<minted>"),
     (re.compile(r"call_[0-9a-f]{24}"), "call_<minted>"),
-    (re.compile(r"msg_[0-9A-Za-z]{24}"), "msg_<minted>"),
+    (re.compile(r"msg_[0-9A-Za-z]{24,32}"), "msg_<minted>"),
     (re.compile(r"(resp|rs|fc|ctc)_[0-9a-f]{32}"), r"\1_<minted>"),
-    (re.compile(r'"(created|created_at)":\s?1[789]\d{8}'), r'"\1":<now>'),
+    (re.compile(r'"(created|created_at|completed_at)":\s?1[789]\d{8}'), r'"\1":<now>'),
 ]
 
 
