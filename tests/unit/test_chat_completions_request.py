@@ -9,7 +9,7 @@ import pytest
 from proxy.config import Account, ReasoningOptions, Upstream
 from proxy.errors import ProxyError
 from proxy.ir.request import ImagePart, ReasoningPart, TextPart, ToolCallPart, ToolResultPart
-from proxy.protocols.chat_completions import request
+from proxy.protocols.chat_completions import request, upstream_request
 
 BODY = {
     "model": "m",
@@ -55,7 +55,7 @@ def test_decode_builds_the_ir() -> None:
 
 
 def test_encode_gives_back_an_equivalent_chat_body() -> None:
-    out = request.encode(request.decode(BODY), "upstream-m", PLAIN)
+    out = upstream_request.encode(request.decode(BODY), "upstream-m", PLAIN)
     assert out["model"] == "upstream-m"
     assert out["messages"][1]["content"][1] == {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBOR",
                                                                                   "detail": "low"}}
@@ -66,7 +66,7 @@ def test_encode_gives_back_an_equivalent_chat_body() -> None:
     assert out["stream_options"] == {"include_usage": True}
     assert out["response_format"]["json_schema"]["strict"] is True
     assert out["max_tokens"] == 100 and "reasoning_effort" not in out and "thinking" not in out
-    deepseek = request.encode(request.decode(BODY), "m", DEEPSEEK)
+    deepseek = upstream_request.encode(request.decode(BODY), "m", DEEPSEEK)
     assert deepseek["messages"][2]["reasoning_content"] == "look it up"
     assert deepseek["thinking"] == {"type": "enabled"}
     assert deepseek["max_completion_tokens"] == 50 and "max_tokens" not in deepseek
@@ -76,7 +76,7 @@ def test_custom_tools_become_one_string_argument_functions() -> None:
     body = {"model": "m", "messages": [
         {"role": "assistant", "tool_calls": [{"id": "c", "type": "custom", "custom": {"name": "apply_patch", "input": "*** Begin"}}]}],
         "tools": [{"type": "custom", "custom": {"name": "apply_patch", "format": {"type": "grammar", "definition": "start: x"}}}]}
-    out = request.encode(request.decode(body), "m", PLAIN)
+    out = upstream_request.encode(request.decode(body), "m", PLAIN)
     assert out["tools"][0]["function"]["parameters"]["required"] == ["input"]
     assert "start: x" in out["tools"][0]["function"]["description"]
     assert json.loads(out["messages"][0]["tool_calls"][0]["function"]["arguments"]) == {"input": "*** Begin"}
@@ -109,4 +109,4 @@ def test_decode_errors_name_the_field(body: dict, message: str) -> None:  # type
 def test_reasoning_controls(control: str, reasoning: dict, expected: dict) -> None:  # type: ignore[type-arg]
     from proxy.ir.request import Reasoning
 
-    assert request.reasoning_fields(Reasoning(**reasoning), control) == expected
+    assert upstream_request.reasoning_fields(Reasoning(**reasoning), control) == expected

@@ -6,7 +6,7 @@ from typing import Any
 
 from proxy.config import Upstream
 from proxy.exchange import Exchange
-from proxy.protocols.chat_completions import request, response
+from proxy.protocols.chat_completions import request, response, upstream_request
 from proxy.protocols.chat_completions.errors import error_body
 from proxy.protocols.chat_completions.passthrough import ChatPassthroughStream
 from proxy.protocols.chat_completions.stream_decode import ChatStreamDecoder
@@ -36,7 +36,7 @@ CLIENT = ClientSide(
 
 UPSTREAM = UpstreamSide(
     path="/chat/completions",
-    encode_request=request.encode,
+    encode_request=upstream_request.encode,
     decode_response=response.decode,
     stream_decoder=lambda req, up: ChatStreamDecoder(expect_usage=up.stream_usage),
 )
