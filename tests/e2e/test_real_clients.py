@@ -1,8 +1,8 @@
 """Real coding agents against the proxy in front of the simulated upstream, as a user runs them.
 
-Opt-in, because the CLIs come from npm: install them once, then point the tests at them:
+Opt-in, because the clients come from npm: install them once, then point the tests at them:
 
-    npm install --prefix ~/llm-clients @anthropic-ai/claude-code @openai/codex
+    npm install --prefix ~/llm-clients @anthropic-ai/claude-code @openai/codex ai @ai-sdk/openai @ai-sdk/anthropic
     LLM_PROXY_CLIENTS_BIN=~/llm-clients/node_modules/.bin python -m pytest tests/e2e/test_real_clients.py
 
 They talk only to the proxy on loopback (telemetry and update checks disabled), from a scratch
@@ -11,6 +11,7 @@ home directory so no user configuration leaks in.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -70,3 +71,26 @@ def test_codex_runs_a_shell_command_round_trip(proxy: ProxyServer, tmp_path: Pat
     # command) and sent the output back as function_call_output, which the final answer quotes.
     assert "echo hello from the llm-proxy demo" in result.stderr
     assert "hello from the llm-proxy demo" in result.stdout and "That completes the task." in result.stdout
+
+
+def test_vercel_ai_sdk_on_all_three_endpoints(proxy: ProxyServer) -> None:
+    node_modules = Path(BIN or "").parent
+    if not (node_modules / "ai").is_dir():
+        pytest.skip(f"the Vercel AI SDK is not installed beside {BIN} (npm install ai @ai-sdk/openai @ai-sdk/anthropic)")
+    script = Path(__file__).parent / "js" / "vercel_ai_check.cjs"
+    env = {**os.environ, "NODE_PATH": str(node_modules)}
+    result = subprocess.run(["node", str(script), proxy.url, CLIENT_KEY], env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    runs = {(r["endpoint"], r["scenario"]): r for r in map(json.loads, result.stdout.splitlines())}
+    for endpoint in ("chat", "responses", "messages"):
+        text, tools = runs[(endpoint, "text")], runs[(endpoint, "tools")]
+        assert text["errors"] == [] and tools["errors"] == []
+        assert text["text"].startswith("Hello from the llm-proxy demo upstream.") and text["finishReason"] == "stop"
+        assert text["usage"]["inputTokens"] > 0 and text["usage"]["outputTokens"] > 0
+        assert tools["finishReason"] == "tool-calls"
+        assert tools["toolCalls"] == [{"name": "get_weather", "input": {"city": "Paris"}},
+                                      {"name": "get_weather", "input": {"city": "Tokyo"}}]
+    # @ai-sdk/openai's chat model ignores DeepSeek-style reasoning_content; the other two show it.
+    assert runs[("responses", "text")]["reasoning"].startswith("The user wants an answer.")
+    assert runs[("messages", "text")]["reasoning"].startswith("The user wants an answer.")
