@@ -1,7 +1,8 @@
 """The Flask application factory: config in, a ready WSGI app out.
 
-Owns wiring — the upstream HTTP session, one account pool per upstream, the router, the relay,
-the model catalog, the HTTP edge hooks and the blueprints — and nothing else. Called once per
+Owns wiring — the upstream HTTP session, one account pool per upstream with its state store and
+keeper, the router, the relay, the model catalog, the response store, the HTTP edge hooks and the
+blueprints — and nothing else. Called once per
 gunicorn worker, after fork and after gevent has patched the standard library, so every lock,
 session and greenlet here belongs to that worker.
 """
@@ -16,10 +17,12 @@ from flask import Flask
 from proxy import config as config_module
 from proxy import logs
 from proxy.auth import KeyChecker
-from proxy.blueprints import chat_completions, http, messages, models, responses
+from proxy.blueprints import admin, chat_completions, http, messages, models, responses
 from proxy.catalog import Catalog
 from proxy.config import Config
+from proxy.pool.keeper import PoolKeeper
 from proxy.pool.pool import AccountPool
+from proxy.pool.store import MemoryStore, SQLiteStore, StateStore
 from proxy.relay import Relay
 from proxy.response_store import ResponseStore
 from proxy.routing import Router
@@ -33,9 +36,10 @@ class AppState:
     catalog: Catalog
     pools: dict[str, AccountPool]
     response_store: ResponseStore
+    keeper: PoolKeeper
 
 
-def create_app(config: Config | None = None) -> Flask:
+def create_app(config: Config | None = None, start_background: bool = True) -> Flask:
     if config is None:
         path = os.environ.get("LLM_PROXY_CONFIG")
         if not path:
@@ -44,11 +48,16 @@ def create_app(config: Config | None = None) -> Flask:
     logs.configure(config.log_level)
     client = UpstreamClient(trust_env=config.trust_env)
     pools = {u.name: AccountPool(u) for u in config.upstreams}
+    store: StateStore = SQLiteStore(config.state_path) if config.state_path else MemoryStore()
+    keeper = PoolKeeper(pools, store, client)
+    keeper.load()  # states, counters and runtime accounts from before a restart
+    if start_background:
+        keeper.start()
     secrets = tuple(a.api_key for u in config.upstreams for a in u.accounts)
     relay = Relay(config, Router(config.upstreams), pools, client, secrets)
-    store = ResponseStore(config.response_store.max_entries, config.response_store.ttl)
+    responses_store = ResponseStore(config.response_store.max_entries, config.response_store.ttl)
     state = AppState(config=config, relay=relay, catalog=Catalog(config, pools, client), pools=pools,
-                     response_store=store)
+                     response_store=responses_store, keeper=keeper)
 
     app = Flask("proxy")
     app.extensions["llm_proxy"] = state
@@ -57,4 +66,5 @@ def create_app(config: Config | None = None) -> Flask:
     app.register_blueprint(messages.bp)
     app.register_blueprint(responses.bp)
     app.register_blueprint(models.bp)
+    app.register_blueprint(admin.bp)
     return app

@@ -31,6 +31,10 @@ class KeyChecker:
     def __init__(self, keys: Iterable[str]) -> None:
         self._digests = [hashlib.sha256(k.encode()).digest() for k in keys]
 
+    @property
+    def empty(self) -> bool:
+        return not self._digests
+
     def check(self, key: str | None) -> bool:
         candidate = hashlib.sha256((key or "").encode()).digest()
         matched = False

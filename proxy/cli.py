@@ -99,7 +99,7 @@ def _demo(bind: str) -> int:
     with tempfile.TemporaryDirectory(prefix="llm-proxy-demo-") as tmp:
         path = os.path.join(tmp, "demo.yaml")
         with open(path, "w", encoding="utf-8") as fh:
-            fh.write(demo_config(f"http://127.0.0.1:{port}/v1"))
+            fh.write(demo_config(f"http://127.0.0.1:{port}/v1", os.path.join(tmp, "state.db")))
         os.environ["LLM_PROXY_CONFIG"] = path
         options = serving.settings(bind=bind, workers=1)
         # Print the instructions once the socket is listening, so they are true when they appear.
@@ -112,9 +112,10 @@ def _demo(bind: str) -> int:
     return 0
 
 
-def demo_config(upstream_url: str) -> str:
+def demo_config(upstream_url: str, state_path: str) -> str:
     return textwrap.dedent(f"""\
         client_keys: [{DEMO_CLIENT_KEY}]
+        state_path: {state_path}
         upstreams:
           - name: demo
             protocol: openai

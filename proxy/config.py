@@ -84,6 +84,47 @@ class ReasoningOptions:
 
 
 REASONING_CONTROLS = ("none", "reasoning_effort", "deepseek", "qwen", "openrouter")
+POLICIES = ("lru", "balance", "round_robin", "weighted")
+ACTIONS = ("fail", "next", "cool", "disable")
+
+
+@dataclass(frozen=True)
+class RuleConfig:
+    """One failure-classification rule: (status, body pattern) → (class, action)."""
+
+    statuses: tuple[int, ...] | None  # None: any status
+    match: str | None  # regular expression searched in the error body, case-insensitive
+    klass: str
+    action: str
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    """The cheap request that tells whether a disabled account works again."""
+
+    method: str = "GET"
+    path: str = "/models"
+    interval: float = 30.0
+
+
+@dataclass(frozen=True)
+class BalanceConfig:
+    """Where an account's balance is read: GET base_url + path, JSON field (dotted path)."""
+
+    path: str
+    field: str
+    method: str = "GET"
+    interval: float = 300.0
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    policy: str = "lru"
+    max_attempts: int = 10
+    cooldown: float = 60.0  # seconds an exhausted account rests when the upstream does not say
+    rules: tuple[RuleConfig, ...] = ()  # checked before the default classification
+    probe: ProbeConfig = field(default_factory=ProbeConfig)
+    balance: BalanceConfig | None = None
 MAX_TOKENS_FIELDS = ("max_tokens", "max_completion_tokens")
 
 
@@ -100,6 +141,7 @@ class Upstream:
     reasoning: ReasoningOptions = field(default_factory=ReasoningOptions)
     max_output_tokens: int | None = None  # cap on (and, for Anthropic upstreams, default of) max_tokens
     max_tokens_field: str = "max_tokens"  # OpenAI reasoning models need max_completion_tokens
+    pool: PoolConfig = field(default_factory=PoolConfig)
 
 
 @dataclass(frozen=True)
@@ -112,6 +154,7 @@ class Config:
     streaming: Streaming = field(default_factory=Streaming)
     model_list_ttl: float = 300.0
     response_store: ResponseStoreConfig = field(default_factory=ResponseStoreConfig)
+    state_path: str | None = "llm-proxy-state.db"  # SQLite file for pool state; None keeps it in memory
     trust_env: bool = False  # let `requests` read HTTP(S)_PROXY / NO_PROXY from the environment
     log_level: str = "info"
     source: str = "<memory>"
@@ -172,6 +215,8 @@ def parse(raw: Any, environ: Mapping[str, str] | None = None, source: str = "<me
         response_store=_response_store(top.get("response_store", {}), "response_store"),
         trust_env=bool_(top.get("trust_env", False), "trust_env"),
         log_level=log_level,
+        state_path=None if top.get("state_path", "llm-proxy-state.db") in (None, "", ":memory:")
+        else str_(top.get("state_path", "llm-proxy-state.db"), "state_path"),
         source=source,
     )
 
@@ -185,7 +230,7 @@ def _upstream(raw: Any, path: str, default_timeouts: Timeouts) -> Upstream:
         up,
         path,
         {"name", "protocol", "base_url", "accounts", "models", "headers", "timeouts", "stream_usage", "reasoning",
-         "max_output_tokens", "max_tokens_field"},
+         "max_output_tokens", "max_tokens_field", "pool"},
     )
     name = str_(required(up, "name", path), f"{path}.name")
     protocol = str_(required(up, "protocol", path), f"{path}.protocol")
@@ -197,7 +242,7 @@ def _upstream(raw: Any, path: str, default_timeouts: Timeouts) -> Upstream:
     accounts_raw = required(up, "accounts", path)
     if not isinstance(accounts_raw, list) or not accounts_raw:
         raise ConfigError(f"{path}.accounts", "must be a non-empty list of {id, api_key} entries")
-    accounts = tuple(_account(a, f"{path}.accounts[{i}]") for i, a in enumerate(accounts_raw))
+    accounts = tuple(parse_account(a, f"{path}.accounts[{i}]") for i, a in enumerate(accounts_raw))
     ids = [a.id for a in accounts]
     for i, acct_id in enumerate(ids):
         if acct_id in ids[:i]:
@@ -216,8 +261,57 @@ def _upstream(raw: Any, path: str, default_timeouts: Timeouts) -> Upstream:
         max_output_tokens=None if up.get("max_output_tokens") is None
         else int_(up["max_output_tokens"], f"{path}.max_output_tokens", minimum=1),
         max_tokens_field=choice(up.get("max_tokens_field", "max_tokens"), f"{path}.max_tokens_field",
-                                 MAX_TOKENS_FIELDS),
+                                MAX_TOKENS_FIELDS),
+        pool=_pool(up.get("pool", {}), f"{path}.pool"),
     )
+
+
+def _pool(raw: Any, path: str) -> PoolConfig:
+    p = mapping(raw, path)
+    known(p, path, {"policy", "max_attempts", "cooldown", "rules", "probe", "balance"})
+    rules = p.get("rules", [])
+    if not isinstance(rules, list):
+        raise ConfigError(f"{path}.rules", "must be a list of {status, match, class, action} rules")
+    probe = mapping(p.get("probe", {}), f"{path}.probe")
+    known(probe, f"{path}.probe", {"method", "path", "interval"})
+    balance_raw = p.get("balance")
+    balance = None
+    if balance_raw is not None:
+        b = mapping(balance_raw, f"{path}.balance")
+        known(b, f"{path}.balance", {"method", "path", "field", "interval"})
+        balance = BalanceConfig(path=str_(required(b, "path", f"{path}.balance"), f"{path}.balance.path"),
+                                field=str_(required(b, "field", f"{path}.balance"), f"{path}.balance.field"),
+                                method=choice(b.get("method", "GET"), f"{path}.balance.method", ("GET", "POST")),
+                                interval=number(b.get("interval", 300), f"{path}.balance.interval", minimum=1))
+    return PoolConfig(
+        policy=choice(p.get("policy", "lru"), f"{path}.policy", POLICIES),
+        max_attempts=int_(p.get("max_attempts", 10), f"{path}.max_attempts", minimum=1),
+        cooldown=number(p.get("cooldown", 60), f"{path}.cooldown", minimum=0),
+        rules=tuple(_rule(r, f"{path}.rules[{i}]") for i, r in enumerate(rules)),
+        probe=ProbeConfig(method=choice(probe.get("method", "GET"), f"{path}.probe.method", ("GET", "POST", "HEAD")),
+                          path=str_(probe.get("path", "/models"), f"{path}.probe.path"),
+                          interval=number(probe.get("interval", 30), f"{path}.probe.interval", minimum=0.05)),
+        balance=balance,
+    )
+
+
+def _rule(raw: Any, path: str) -> RuleConfig:
+    r = mapping(raw, path)
+    known(r, path, {"status", "match", "class", "action"})
+    status = r.get("status")
+    statuses = None if status is None else tuple(
+        int_(s, f"{path}.status", minimum=100) for s in (status if isinstance(status, list) else [status]))
+    match = r.get("match")
+    if match is not None:
+        match = str_(match, f"{path}.match")
+        try:
+            re.compile(match)
+        except re.error as exc:
+            raise ConfigError(f"{path}.match", f"is not a valid regular expression: {exc}") from None
+    if statuses is None and match is None:
+        raise ConfigError(path, "needs a status, a match pattern, or both")
+    return RuleConfig(statuses=statuses, match=match, klass=str_(required(r, "class", path), f"{path}.class"),
+                      action=choice(required(r, "action", path), f"{path}.action", ACTIONS))
 
 
 def _reasoning(raw: Any, path: str) -> ReasoningOptions:
@@ -229,7 +323,7 @@ def _reasoning(raw: Any, path: str) -> ReasoningOptions:
     )
 
 
-def _account(raw: Any, path: str) -> Account:
+def parse_account(raw: Any, path: str) -> Account:
     acct = mapping(raw, path)
     known(acct, path, {"id", "api_key", "weight", "balance", "proxy", "max_concurrency"})
     max_conc = acct.get("max_concurrency")

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +25,7 @@ from proxy.errors import ProxyError, parse_upstream_error, scrub
 from proxy.exchange import Exchange
 from proxy.ir.fold import unfold
 from proxy.ir.response import ErrorInfo
+from proxy.pool.classify import NETWORK_ACTION, NETWORK_CLASS, Verdict
 from proxy.pool.pool import AccountPool, Lease
 from proxy.protocols import registry
 from proxy.routing import Route, Router
@@ -33,7 +36,6 @@ from proxy.upstream import Target, UpstreamClient, UpstreamNetworkError, read_ca
 
 log = logging.getLogger("proxy.relay")
 
-MAX_ATTEMPTS = 10
 MAX_RESPONSE_BODY = 64 << 20  # a non-streamed answer larger than this is refused, not buffered
 SSE_HEADERS = {
     "Content-Type": "text/event-stream; charset=utf-8",
@@ -63,11 +65,11 @@ class Relay:
         if not routes:
             raise ProxyError(404, f"The model {ex.model!r} is not served by this proxy; GET /v1/models lists "
                                   "the models it serves.", "not_found", code="model_not_found", param="model")
-        last: ErrorInfo | None = None
+        failures: list[_Retry] = []
         for route in routes:
             pool = self.pools[route.upstream.name]
             tried: set[str] = set()
-            while len(tried) < MAX_ATTEMPTS:
+            while len(tried) < pool.settings.max_attempts:
                 lease = pool.lease(tried)
                 if lease is None:
                     break
@@ -75,10 +77,31 @@ class Relay:
                 try:
                     return self._attempt(ex, route, lease)
                 except _Retry as retry:
-                    last = retry.info
-        if last is not None:
-            raise ProxyError.from_info(last)
-        raise ProxyError(503, f"No upstream account is available for model {ex.model!r}.", "unavailable")
+                    failures.append(retry)
+        raise self._unserved(ex, routes, failures)
+
+    def _unserved(self, ex: Exchange, routes: list[Route], failures: list[_Retry]) -> ProxyError:
+        """No account served the request: say why, in terms the operator can act on."""
+        if failures and all(f.network or f.action == "next" for f in failures):
+            # Every account was tried and none was taken out of rotation: the upstream itself is
+            # unreachable or overloaded, and its own error says so better than "no account".
+            return ProxyError.from_info(failures[-1].info)
+        parts, next_back = [], None
+        for route in routes:
+            avail = self.pools[route.upstream.name].availability()
+            why = ", ".join(f"{n} {reason}" for reason, n in sorted(avail.reasons.items()))
+            parts.append(f"upstream {route.upstream.name!r} has {avail.total} account(s): {avail.cooling} cooling, "
+                         f"{avail.disabled} disabled, {avail.busy} at max_concurrency" + (f" ({why})" if why else ""))
+            if avail.next_back is not None:
+                next_back = avail.next_back if next_back is None else min(next_back, avail.next_back)
+        message = f"No active account is available for model {ex.model!r}: " + "; ".join(parts) + "."
+        if next_back is not None:
+            message += f" The next cooling account returns in {max(1, math.ceil(next_back))}s."
+        if failures:
+            last = failures[-1].info
+            message += f" The last attempt failed with HTTP {last.status}: {last.message}"
+        headers = {"Retry-After": str(max(1, math.ceil(next_back)))} if next_back is not None else {}
+        return ProxyError(503, message, "unavailable", code="no_active_account", headers=headers)
 
     # ------------------------------------------------------------ one attempt
 
@@ -90,18 +113,21 @@ class Relay:
         target = Target(upstream.name, upstream.protocol, upstream.base_url, lease.account.api_key,
                         upstream.timeouts, dict(upstream.headers), lease.account.proxy)
         started = time.monotonic()
+        pool = self.pools[upstream.name]
         try:
             resp = self.client.send(target, side.path, body, stream=True, request_id=ex.request_id)
         except UpstreamNetworkError as exc:
-            self._log(ex, route, lease, "-", f"network:{exc.cause}", "next account", started)
-            lease.release(failure="network")
-            raise _Retry(exc.info) from None
+            self._log(ex, route, lease, "-", f"{NETWORK_CLASS}:{exc.cause}", NETWORK_ACTION, started)
+            lease.release(failure=NETWORK_CLASS)
+            if lease.account.proxy:
+                pool.mark_proxy_failed(lease.account.id)
+            raise _Retry(exc.info, network=True) from None
 
         if resp.status_code >= 300:
             raw = read_capped(resp)
             info = parse_upstream_error(resp.status_code, raw, self.secrets)
-            self._log(ex, route, lease, resp.status_code, info.kind, "return error", started)
-            lease.release(failure=info.kind)
+            verdict = pool.classify(resp.status_code, raw.decode("utf-8", "replace"))
+            self._judge(ex, route, lease, verdict, info, resp.headers, started)
             raise _client_error(info, raw if same_wire else None, self.secrets)
 
         if ex.stream and _is_event_stream(resp.headers.get("Content-Type", "")):
@@ -141,8 +167,16 @@ class Relay:
         try:
             body.prime()
         except EarlyStreamFailure as early:
-            self._log(ex, route, lease, 200, f"stream:{early.info.kind}", "return error", started)
+            # Nothing reached the client yet: a failure in the stream's first event is judged like an HTTP one.
+            verdict = self.pools[route.upstream.name].classify(early.info.status, early.info.message)
+            try:
+                self._judge(ex, route, lease, verdict, early.info, {}, started)
+            finally:
+                body.close()
             raise ProxyError.from_info(early.info) from None
+        except BaseException:
+            body.close()
+            raise
         self._log(ex, route, lease, 200, "ok", "stream", started)
         return RelayResult(200, dict(SSE_HEADERS), body)
 
@@ -181,6 +215,16 @@ class Relay:
                                   "object", "upstream_error")
         return doc
 
+    def _judge(self, ex: Exchange, route: Route, lease: Lease, verdict: Verdict, info: ErrorInfo,
+               headers: Mapping[str, str], started: float) -> None:
+        """Account for a failed attempt and carry out the verdict; raise _Retry unless it is `fail`."""
+        lease.release(failure=verdict.klass)
+        reason = f"{verdict.klass}: HTTP {info.status}: {info.message[:200]}"
+        self.pools[route.upstream.name].apply(lease, verdict, reason, headers)
+        self._log(ex, route, lease, info.status, verdict.klass, verdict.action, started)
+        if verdict.action != "fail":
+            raise _Retry(info, action=verdict.action)
+
     def _log(self, ex: Exchange, route: Route, lease: Lease, status: Any, klass: str, action: str,
              started: float) -> None:
         log.info("attempt rid=%s upstream=%s account=%s status=%s class=%s action=%s elapsed_ms=%d",
@@ -189,9 +233,13 @@ class Relay:
 
 
 class _Retry(Exception):
-    def __init__(self, info: ErrorInfo) -> None:
+    """This attempt failed in a way another account may not: try the next one."""
+
+    def __init__(self, info: ErrorInfo, network: bool = False, action: str = "next") -> None:
         super().__init__(info.message)
         self.info = info
+        self.network = network
+        self.action = action
 
 
 def _is_event_stream(content_type: str) -> bool:

@@ -31,6 +31,13 @@ def _raise_fd_limit(worker: Any) -> None:
             worker.log.warning("could not raise the open-file limit above %d", soft)
 
 
+def _flush_pool_state(server: Any, worker: Any) -> None:
+    """A worker is exiting (SIGTERM, restart): write its pool changes and counters to the store."""
+    from proxy.pool.keeper import stop_all  # in the worker, where the app (and gevent) are loaded
+
+    stop_all()
+
+
 def settings(bind: str | None = None, workers: int | None = None) -> dict[str, Any]:
     env = os.environ
     return {
@@ -47,4 +54,5 @@ def settings(bind: str | None = None, workers: int | None = None) -> dict[str, A
         "errorlog": "-",
         "loglevel": env.get("LLM_PROXY_GUNICORN_LOG_LEVEL", "info"),
         "post_worker_init": _raise_fd_limit,
+        "worker_exit": _flush_pool_state,
     }

@@ -89,14 +89,13 @@ class StreamingBody:
 
     def prime(self) -> None:
         """Produce the first frame before the response is committed; raise EarlyStreamFailure if
-        the upstream's first event is already a failure."""
+        the upstream's first event is already a failure (then the caller must `close()`)."""
         try:
             first = next(self._frames)
         except StopIteration:
             first = None
         failed = self._relay.failed
-        if failed is not None:  # nothing has reached the client yet: drop the frames, report
-            self.close()
+        if failed is not None:  # nothing has reached the client yet: the caller judges, then closes
             raise EarlyStreamFailure(failed)
         if first is not None:
             self._primed.append(first)

@@ -94,13 +94,15 @@ class ProxyServer:
         return self.log_path.read_text(errors="replace")
 
 
-def start_proxy(config: dict[str, Any], tmp: Path, extra_env: dict[str, str] | None = None) -> ProxyServer:
+def start_proxy(config: dict[str, Any], tmp: Path, extra_env: dict[str, str] | None = None,
+                workers: int = 1) -> ProxyServer:
+    config.setdefault("state_path", str(tmp / "state.db"))
     path = tmp / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     sock = listening_socket()
     port = sock.getsockname()[1]
     log_path = tmp / "proxy.log"
-    env = {**os.environ, "LLM_PROXY_CONFIG": str(path), "LLM_PROXY_WORKERS": "1", **(extra_env or {})}
+    env = {**os.environ, "LLM_PROXY_CONFIG": str(path), "LLM_PROXY_WORKERS": str(workers), **(extra_env or {})}
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "gunicorn", "-c", str(ROOT / "gunicorn.conf.py"), "--bind",

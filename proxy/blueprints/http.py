@@ -63,6 +63,9 @@ def install(app: Flask, client_keys: KeyChecker, admin_keys: KeyChecker, max_bod
         if request.path in PUBLIC_PATHS:
             return None
         admin = request.path.startswith("/admin/")
+        if admin and admin_keys.empty:
+            raise ProxyError(403, "The admin API is disabled: list keys under admin_keys in the config to use it.",
+                             "permission")
         key = presented_key(request.headers.get("x-api-key"), request.headers.get("authorization"))
         if key is None:
             raise ProxyError(401, "Missing API key: send it as 'Authorization: Bearer <key>' or 'x-api-key: <key>'.",

@@ -1,77 +1,257 @@
-"""One pool of accounts per upstream: leasing an account for an attempt and counting what it did.
+"""One pool of accounts per upstream: leasing an account for an attempt, applying what the attempt
+taught us, and keeping the record of changes the store shares with other workers.
 
-Owns the per-account counters and the choice of account (least recently used among those not
-yet tried for this request and below their `max_concurrency`). Safe under gevent: no call here
-blocks, so no greenlet switch can happen between reading and updating the state.
-Pure: must not import Flask or requests.
+Owns the in-memory state of this worker's view of the pool. Safe under gevent and threads: every
+method takes a short lock and never blocks inside it. Nothing here does IO — the sync greenlet
+(`proxy.pool.keeper`) moves `pending()` changes to the store and `apply_remote` brings others' in.
 """
 
 from __future__ import annotations
 
+import random
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from proxy.config import Account, Upstream
 from proxy.ir.response import Usage
-
-
-@dataclass
-class AccountStats:
-    account: Account
-    requests: int = 0
-    failures: dict[str, int] = field(default_factory=dict)
-    in_flight: int = 0
-    last_used: float = 0.0
-    tokens_in: int = 0
-    tokens_out: int = 0
+from proxy.pool import selection
+from proxy.pool.classify import Classifier, Verdict, cooldown_until, rule
+from proxy.pool.state import ACTIVE, COOLING, DISABLED, AccountState
+from proxy.pool.store import AccountRecord, CounterDelta
 
 
 class Lease:
     """An account held for one attempt; `release` exactly once (extra calls are ignored)."""
 
-    def __init__(self, pool: AccountPool, stats: AccountStats) -> None:
+    def __init__(self, pool: AccountPool, state: AccountState) -> None:
         self._pool = pool
-        self._stats = stats
+        self.state = state
         self._released = False
 
     @property
     def account(self) -> Account:
-        return self._stats.account
+        return self.state.account
 
     def release(self, failure: str | None = None, usage: Usage | None = None) -> None:
         if self._released:
             return
         self._released = True
-        stats = self._stats
-        stats.in_flight -= 1
-        if failure is not None:
-            stats.failures[failure] = stats.failures.get(failure, 0) + 1
-        if usage is not None:
-            stats.tokens_in += usage.input_tokens
-            stats.tokens_out += usage.output_tokens
+        self._pool._release(self.state, failure, usage)
+
+
+@dataclass
+class Availability:
+    """Why no account could be leased, for the 503 message."""
+
+    total: int = 0
+    cooling: int = 0
+    disabled: int = 0
+    busy: int = 0
+    next_back: float | None = None  # seconds until the soonest cooling account returns
+    reasons: dict[str, int] = field(default_factory=dict)
 
 
 class AccountPool:
-    def __init__(self, upstream: Upstream, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, upstream: Upstream, clock: Callable[[], float] = time.time,
+                 rng: random.Random | None = None) -> None:
         self.upstream = upstream
+        self.settings = upstream.pool
+        self.classifier = Classifier([rule(r.statuses, r.match, r.klass, r.action) for r in upstream.pool.rules])
         self._clock = clock
-        self.stats = {a.id: AccountStats(a) for a in upstream.accounts}
+        self._rng = rng or random.Random()
+        self._lock = threading.Lock()
+        self._states: dict[str, AccountState] = {a.id: AccountState(a, balance=a.balance) for a in upstream.accounts}
+        self._removed: set[str] = set()
+        self._runtime: dict[str, dict[str, Any]] = {}  # accounts added at runtime: their config
+        self._last_chosen: str | None = None
+        self._changed: set[str] = set()  # state changes not yet handed to the store
+        self._deltas: dict[str, CounterDelta] = {}
+
+    # ------------------------------------------------------------ leasing
 
     def lease(self, exclude: set[str]) -> Lease | None:
-        """The least recently used account not in `exclude` with a free concurrency slot."""
-        best: AccountStats | None = None
-        for stats in self.stats.values():
-            if stats.account.id in exclude:
-                continue
-            limit = stats.account.max_concurrency
-            if limit is not None and stats.in_flight >= limit:
-                continue
-            if best is None or stats.last_used < best.last_used:
-                best = stats
-        if best is None:
-            return None
-        best.requests += 1
-        best.in_flight += 1
-        best.last_used = self._clock()
-        return Lease(self, best)
+        """The policy's choice among accounts in rotation, not in `exclude`, with a free slot."""
+        now = self._clock()
+        with self._lock:
+            candidates = [s for s in self._states.values()
+                          if s.id not in exclude and s.available(now) and s.has_room()]
+            chosen = selection.choose(self.settings.policy, candidates, list(self._states), self._last_chosen,
+                                      self._rng)
+            if chosen is None:
+                return None
+            if chosen.settle(now):
+                self._changed.add(chosen.id)
+            self._last_chosen = chosen.id
+            chosen.in_flight += 1
+            chosen.requests += 1
+            chosen.last_used = now
+            delta = self._delta(chosen.id)
+            delta.requests += 1
+            delta.last_used = now
+            return Lease(self, chosen)
+
+    def _release(self, state: AccountState, failure: str | None, usage: Usage | None) -> None:
+        with self._lock:
+            state.in_flight -= 1
+            delta = self._delta(state.id)
+            if failure is not None:
+                state.failures[failure] = state.failures.get(failure, 0) + 1
+                delta.failures[failure] = delta.failures.get(failure, 0) + 1
+            if usage is not None:
+                state.tokens_in += usage.input_tokens
+                state.tokens_out += usage.output_tokens
+                delta.tokens_in += usage.input_tokens
+                delta.tokens_out += usage.output_tokens
+
+    def availability(self) -> Availability:
+        now = self._clock()
+        out = Availability()
+        with self._lock:
+            for s in self._states.values():
+                out.total += 1
+                if s.available(now):
+                    out.busy += 0 if s.has_room() else 1
+                    continue
+                out.reasons[s.reason or s.status] = out.reasons.get(s.reason or s.status, 0) + 1
+                if s.status == COOLING:
+                    out.cooling += 1
+                    wait = (s.until or now) - now
+                    out.next_back = wait if out.next_back is None else min(out.next_back, wait)
+                elif s.status == DISABLED:
+                    out.disabled += 1
+        return out
+
+    # ------------------------------------------------------------ what attempts teach us
+
+    def classify(self, status: int, body: str) -> Verdict:
+        return self.classifier.classify(status, body)
+
+    def apply(self, lease: Lease, verdict: Verdict, reason: str, headers: Mapping[str, str] | None = None) -> None:
+        """Carry out a verdict's action on the leased account (fail and next change nothing)."""
+        if verdict.action == "cool":
+            now = self._clock()
+            self.cool(lease.account.id, cooldown_until(headers or {}, now, self.settings.cooldown), reason)
+        elif verdict.action == "disable":
+            self.disable(lease.account.id, reason)
+
+    def cool(self, account_id: str, until: float, reason: str) -> None:
+        self._change(account_id, lambda s, now: s.cool(until, reason, now))
+
+    def disable(self, account_id: str, reason: str) -> bool:
+        return self._change(account_id, lambda s, now: s.disable(reason, now))
+
+    def enable(self, account_id: str) -> bool:
+        return self._change(account_id, lambda s, now: s.enable())
+
+    def mark_proxy_failed(self, account_id: str) -> None:
+        self._change(account_id, lambda s, now: setattr(s, "proxy_failed_at", now))
+
+    def set_balance(self, account_id: str, balance: float) -> None:
+        self._change(account_id, lambda s, now: setattr(s, "balance", balance))
+
+    def _change(self, account_id: str, change: Callable[[AccountState, float], Any]) -> bool:
+        now = self._clock()
+        with self._lock:
+            state = self._states.get(account_id)
+            if state is None:
+                return False
+            change(state, now)
+            self._changed.add(account_id)
+            return True
+
+    # ------------------------------------------------------------ runtime accounts (admin API)
+
+    def add(self, account: Account) -> bool:
+        with self._lock:
+            if account.id in self._states:
+                return False
+            self._states[account.id] = AccountState(account)
+            self._removed.discard(account.id)
+            self._runtime[account.id] = runtime_config(account)
+            self._changed.add(account.id)
+            return True
+
+    def remove(self, account_id: str) -> bool:
+        with self._lock:
+            if self._states.pop(account_id, None) is None:
+                return False
+            self._removed.add(account_id)
+            self._runtime.pop(account_id, None)
+            self._changed.add(account_id)
+            return True
+
+    # ------------------------------------------------------------ views and sync
+
+    def states(self) -> list[AccountState]:
+        with self._lock:
+            return list(self._states.values())
+
+    def get(self, account_id: str) -> AccountState | None:
+        with self._lock:
+            return self._states.get(account_id)
+
+    def pending(self) -> tuple[list[AccountRecord], list[CounterDelta]]:
+        """Take the changes the store has not seen yet."""
+        with self._lock:
+            records = []
+            for account_id in self._changed:
+                state = self._states.get(account_id)
+                if state is None:
+                    records.append(AccountRecord(self.upstream.name, account_id, removed=True))
+                else:
+                    records.append(_to_record(self.upstream.name, state, self._runtime.get(account_id)))
+            deltas = list(self._deltas.values())
+            self._changed.clear()
+            self._deltas.clear()
+            return records, deltas
+
+    def apply_remote(self, records: list[AccountRecord], counters: bool = False) -> None:
+        """Take in state another worker (or an earlier run) stored. With `counters`, also its totals."""
+        with self._lock:
+            for record in records:
+                if record.id in self._changed:
+                    continue  # our own newer change wins; the store will get it at the next sync
+                if record.removed:
+                    self._states.pop(record.id, None)
+                    self._removed.add(record.id)
+                    continue
+                state = self._states.get(record.id)
+                if state is None:
+                    if record.runtime is None:
+                        continue  # a stored account that is no longer configured
+                    state = self._states[record.id] = AccountState(account_from_runtime(record.runtime))
+                    self._runtime[record.id] = record.runtime
+                state.status, state.until, state.reason = record.status, record.until, record.reason
+                state.since, state.balance, state.proxy_failed_at = record.since, record.balance, record.proxy_failed_at
+                if state.status not in (ACTIVE, COOLING, DISABLED):
+                    state.status = ACTIVE
+                if counters:
+                    state.requests, state.failures = record.requests, dict(record.failures)
+                    state.tokens_in, state.tokens_out = record.tokens_in, record.tokens_out
+                    state.last_used = max(state.last_used, record.last_used)
+
+    def _delta(self, account_id: str) -> CounterDelta:
+        delta = self._deltas.get(account_id)
+        if delta is None:
+            delta = self._deltas[account_id] = CounterDelta(self.upstream.name, account_id)
+        return delta
+
+
+def runtime_config(account: Account) -> dict[str, Any]:
+    return {"id": account.id, "api_key": account.api_key, "weight": account.weight, "balance": account.balance,
+            "proxy": account.proxy, "max_concurrency": account.max_concurrency}
+
+
+def account_from_runtime(config: Mapping[str, Any]) -> Account:
+    return Account(id=str(config["id"]), api_key=str(config["api_key"]), weight=float(config.get("weight") or 1.0),
+                   balance=config.get("balance"), proxy=config.get("proxy"),
+                   max_concurrency=config.get("max_concurrency"))
+
+
+def _to_record(upstream: str, state: AccountState, runtime: dict[str, Any] | None) -> AccountRecord:
+    return AccountRecord(upstream=upstream, id=state.id, status=state.status, until=state.until, reason=state.reason,
+                         since=state.since, balance=state.balance, proxy_failed_at=state.proxy_failed_at,
+                         runtime=runtime)

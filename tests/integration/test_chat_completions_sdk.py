@@ -161,11 +161,12 @@ def test_model_alias_is_mapped_upstream_and_client_sees_its_name(
 
 
 def test_upstream_http_error_is_relayed_with_status(proxy: ProxyServer) -> None:
-    with pytest.raises(openai.RateLimitError) as caught:
+    # 400 is a request the upstream will never accept: returned at once, not retried (see test_pool).
+    with pytest.raises(openai.BadRequestError) as caught:
         client(proxy).chat.completions.create(model="demo-model",
-                                              messages=[{"role": "user", "content": "[demo:status=429]"}])
-    assert caught.value.status_code == 429
-    assert caught.value.message.endswith("demo upstream failure 429")
+                                              messages=[{"role": "user", "content": "[demo:status=400]"}])
+    assert caught.value.status_code == 400
+    assert caught.value.message.endswith("demo upstream failure 400")
 
 
 def test_error_mid_stream_raises_api_error(proxy: ProxyServer) -> None:

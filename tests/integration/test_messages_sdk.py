@@ -200,9 +200,9 @@ def test_errors_in_the_anthropic_envelope(proxy: ProxyServer) -> None:
         Anthropic(base_url=proxy.url, api_key="sk-wrong", max_retries=0).messages.create(
             model="claude-x", max_tokens=10, messages=[{"role": "user", "content": "x"}])
     assert auth.value.body["error"]["type"] == "authentication_error"  # type: ignore[index]
-    with pytest.raises(anthropic.RateLimitError) as limited:
-        ant.messages.create(model="claude-x", max_tokens=10, messages=[{"role": "user", "content": "[demo:status=429]"}])
-    assert limited.value.body["error"] == {"type": "rate_limit_error", "message": "demo upstream failure 429"}  # type: ignore[index]
+    with pytest.raises(anthropic.PermissionDeniedError) as denied:
+        ant.messages.create(model="claude-x", max_tokens=10, messages=[{"role": "user", "content": "[demo:status=403]"}])
+    assert denied.value.body["error"] == {"type": "permission_error", "message": "demo upstream failure 403"}  # type: ignore[index]
     with pytest.raises(anthropic.InternalServerError) as overloaded:
         ant.messages.create(model="claude-x", max_tokens=10, messages=[{"role": "user", "content": "[demo:status=529]"}])
     assert overloaded.value.status_code == 529

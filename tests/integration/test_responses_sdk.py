@@ -157,8 +157,8 @@ def test_errors(proxy: ProxyServer) -> None:
     oai = client(proxy)
     with pytest.raises(openai.BadRequestError, match="input: must be a string or an array of input items"):
         oai.responses.create(model="gpt-5", input=5)  # type: ignore[arg-type]
-    with pytest.raises(openai.RateLimitError):
-        oai.responses.create(model="gpt-5", input="[demo:status=429]")
+    with pytest.raises(openai.InternalServerError):
+        oai.responses.create(model="gpt-5", input="[demo:status=500]")
     stream = oai.responses.create(model="gpt-5", input="[demo:fail-midstream] [demo:pace=0]", stream=True)
     seen = []
     with pytest.raises(openai.APIError, match="demo upstream failed mid-stream"):

@@ -1,0 +1,191 @@
+"""The pool keeper: one background greenlet per worker that keeps pool state shared, durable and
+healthy.
+
+Owns, every `SYNC_INTERVAL` seconds: handing this worker's pool changes to the store and taking
+in other workers' (so an account out of rotation in one worker is out in all within ~2 s); and, in
+the one worker per host that holds the store's leader lease, probing disabled accounts (config
+`pool.probe`, default `GET {base_url}/models` with the account's key) and re-enabling those that
+answer, and refreshing balances (`pool.balance`). Store calls run on a real thread (SQLite
+blocks); probes run in their own greenlets; nothing here ever blocks a request. Started after
+fork by `create_app`, stopped — with a final flush — when the worker exits.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import gevent
+from gevent import monkey
+
+from proxy.config import Timeouts, Upstream
+from proxy.pool.classify import cooldown_until
+from proxy.pool.pool import AccountPool
+from proxy.pool.state import COOLING, DISABLED, AccountState
+from proxy.pool.store import StateStore
+from proxy.upstream import Target, UpstreamClient, UpstreamNetworkError, read_capped
+
+log = logging.getLogger("proxy.pool")
+
+SYNC_INTERVAL = 1.0
+PROBE_TIMEOUTS = Timeouts(connect=5.0, read=15.0)
+T = TypeVar("T")
+_running: list[PoolKeeper] = []
+
+
+def blocking(fn: Callable[..., T], *args: Any) -> T:
+    """Run a blocking call on a real thread when gevent drives this process, so the loop goes on."""
+    if monkey.is_module_patched("socket"):
+        return gevent.get_hub().threadpool.apply(fn, args)
+    return fn(*args)
+
+
+class PoolKeeper:
+    def __init__(self, pools: dict[str, AccountPool], store: StateStore, client: UpstreamClient,
+                 holder: str | None = None) -> None:
+        self.pools = pools
+        self.store = store
+        self.client = client
+        self.holder = holder or f"{os.uname().nodename}:{os.getpid()}"
+        self._version = 0
+        self._greenlet: gevent.Greenlet | None = None
+        self._last_probe: dict[tuple[str, str], float] = {}
+        self._last_balance: dict[tuple[str, str], float] = {}
+        self._probing: set[tuple[str, str]] = set()
+
+    def load(self) -> None:
+        """Take in everything stored (state, counters, runtime accounts) before serving."""
+        records = blocking(self.store.load)
+        for name, pool in self.pools.items():
+            pool.apply_remote([r for r in records if r.upstream == name], counters=True)
+        self._version = max((r.version for r in records), default=0)
+
+    def start(self) -> None:
+        if self._greenlet is None:
+            self._greenlet = gevent.spawn(self._run)
+            _running.append(self)
+
+    def stop(self) -> None:
+        if self._greenlet is not None:
+            self._greenlet.kill(block=True, timeout=5)
+            self._greenlet = None
+            if self in _running:
+                _running.remove(self)
+        self.sync()  # nothing a finished request changed is lost
+
+    def _run(self) -> None:
+        while True:
+            try:
+                self.sync()
+                if blocking(self.store.lead, self.holder, 5 * SYNC_INTERVAL):
+                    self.maintain(time.time())
+            except gevent.GreenletExit:
+                raise
+            except Exception:
+                log.exception("pool keeper: sync failed; retrying")
+            gevent.sleep(SYNC_INTERVAL)
+
+    def sync(self) -> None:
+        states, deltas = [], []
+        for pool in self.pools.values():
+            pool_states, pool_deltas = pool.pending()
+            states += pool_states
+            deltas += pool_deltas
+        blocking(self.store.write, states, deltas)
+        records, version = blocking(self.store.changes_since, self._version)
+        self._version = version
+        for name, pool in self.pools.items():
+            pool.apply_remote([r for r in records if r.upstream == name])
+
+    # ------------------------------------------------------------ leader's duties
+
+    def maintain(self, now: float) -> None:
+        for pool in self.pools.values():
+            settings = pool.settings
+            for state in pool.states():
+                key = (pool.upstream.name, state.id)
+                if state.status == DISABLED and key not in self._probing \
+                        and now - self._last_probe.get(key, 0.0) >= settings.probe.interval:
+                    self._last_probe[key] = now
+                    self._probing.add(key)
+                    gevent.spawn(self._probe, pool, state, key)
+                balance = settings.balance
+                if balance is not None and now - self._last_balance.get(key, 0.0) >= balance.interval:
+                    self._last_balance[key] = now
+                    gevent.spawn(self._refresh_balance, pool, state)
+
+    def _probe(self, pool: AccountPool, state: AccountState, key: tuple[str, str]) -> None:
+        probe = pool.settings.probe
+        try:
+            resp = self.client.send(_target(pool.upstream, state), probe.path, None, stream=True, method=probe.method,
+                                    request_id=f"probe-{self.holder}")
+            status, headers = resp.status_code, dict(resp.headers)
+            resp.close()
+        except UpstreamNetworkError as exc:
+            log.info("probe %s/%s: %s", pool.upstream.name, state.id, exc.info.message)
+            return
+        finally:
+            self._probing.discard(key)
+        if 200 <= status < 300 or status == 429:  # the key works again (429: it works, but rests first)
+            pool.enable(state.id)
+            if status == 429:
+                until = cooldown_until(headers, time.time(), pool.settings.cooldown)
+                pool.cool(state.id, until, "exhausted: probe answered HTTP 429")
+            log.info("probe %s/%s: HTTP %d, back in rotation", pool.upstream.name, state.id, status)
+        else:
+            log.info("probe %s/%s: HTTP %d, stays disabled", pool.upstream.name, state.id, status)
+
+    def _refresh_balance(self, pool: AccountPool, state: AccountState) -> None:
+        balance = pool.settings.balance
+        assert balance is not None
+        try:
+            resp = self.client.send(_target(pool.upstream, state), balance.path, None, stream=True,
+                                    method=balance.method, request_id=f"balance-{self.holder}")
+            raw, status = read_capped(resp), resp.status_code
+        except UpstreamNetworkError as exc:
+            log.info("balance %s/%s: %s", pool.upstream.name, state.id, exc.info.message)
+            return
+        value = _field(raw, balance.field) if status == 200 else None
+        if value is None:
+            log.info("balance %s/%s: HTTP %d, no number at %r", pool.upstream.name, state.id, status, balance.field)
+            return
+        pool.set_balance(state.id, value)
+        if value > 0 and state.status == COOLING and (state.reason or "").startswith("exhausted: HTTP 402"):
+            pool.enable(state.id)  # paid for again
+
+
+def _target(upstream: Upstream, state: AccountState) -> Target:
+    return Target(upstream.name, upstream.protocol, upstream.base_url, state.account.api_key, PROBE_TIMEOUTS,
+                  dict(upstream.headers), state.account.proxy)
+
+
+def _field(raw: bytes, path: str) -> float | None:
+    """A number at a dotted path in a JSON body (`data.balance`, `balances.0.total`)."""
+    try:
+        value: Any = json.loads(raw)
+    except ValueError:
+        return None
+    for part in path.split("."):
+        if isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        elif isinstance(value, dict):
+            value = value.get(part)
+        else:
+            return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def stop_all() -> None:
+    """Stop every keeper in this process (gunicorn's worker_exit hook calls this)."""
+    for keeper in list(_running):
+        try:
+            keeper.stop()
+        except Exception:
+            log.exception("pool keeper: final sync failed")

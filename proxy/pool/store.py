@@ -1,0 +1,236 @@
+"""Where pool state lives between requests, workers and restarts: a small store interface, with an
+SQLite implementation (the default, at `state_path`) and an in-memory one.
+
+Owns persistence and sharing, not decisions. Each worker keeps its pools in memory and, once a
+second, hands the store what changed (account states, counter deltas) and asks what other workers
+changed since the version it last saw — so an account taken out of rotation in one worker is out
+in all of them within about two seconds. The store also grants a renewable leader lease, so that
+probes and balance refreshes run once per host rather than once per worker, and it keeps accounts
+added or removed at runtime through the admin API (their keys included — the file is created
+readable by its owner only).
+
+Calls block (SQLite); the pool's sync greenlet runs them on a real thread, never a request.
+A networked store (Redis, a database) implements the same five methods.
+Pure of Flask and requests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass
+class AccountRecord:
+    """One account as stored: its state (versioned) and its counters (summed over workers)."""
+
+    upstream: str
+    id: str
+    status: str = "active"
+    until: float | None = None
+    reason: str | None = None
+    since: float | None = None
+    balance: float | None = None
+    proxy_failed_at: float | None = None
+    requests: int = 0
+    failures: dict[str, int] = field(default_factory=dict)
+    tokens_in: int = 0
+    tokens_out: int = 0
+    last_used: float = 0.0
+    runtime: dict[str, Any] | None = None  # an account added through the admin API: its config, key included
+    removed: bool = False  # removed through the admin API
+    version: int = 0
+
+
+@dataclass
+class CounterDelta:
+    upstream: str
+    id: str
+    requests: int = 0
+    failures: dict[str, int] = field(default_factory=dict)
+    tokens_in: int = 0
+    tokens_out: int = 0
+    last_used: float = 0.0
+
+
+STATE_FIELDS = ("status", "until", "reason", "since", "balance", "proxy_failed_at", "runtime", "removed")
+
+
+class StateStore(Protocol):
+    def load(self) -> list[AccountRecord]: ...
+    def write(self, states: list[AccountRecord], deltas: list[CounterDelta]) -> None: ...
+    def changes_since(self, version: int) -> tuple[list[AccountRecord], int]: ...
+    def counters(self) -> list[AccountRecord]: ...
+    def lead(self, holder: str, ttl: float) -> bool: ...
+
+
+class MemoryStore:
+    """For `state_path: null`: nothing survives a restart and nothing is shared between workers."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rows: dict[tuple[str, str], AccountRecord] = {}
+        self._version = 0
+        self._leader: tuple[str, float] | None = None
+
+    def load(self) -> list[AccountRecord]:
+        with self._lock:
+            return [_copy(r) for r in self._rows.values()]
+
+    def write(self, states: list[AccountRecord], deltas: list[CounterDelta]) -> None:
+        with self._lock:
+            for state in states:
+                self._version += 1
+                row = self._rows.setdefault((state.upstream, state.id), AccountRecord(state.upstream, state.id))
+                for name in STATE_FIELDS:
+                    setattr(row, name, getattr(state, name))
+                row.version = self._version
+            for delta in deltas:
+                row = self._rows.setdefault((delta.upstream, delta.id), AccountRecord(delta.upstream, delta.id))
+                _add(row, delta)
+
+    def changes_since(self, version: int) -> tuple[list[AccountRecord], int]:
+        with self._lock:
+            return [_copy(r) for r in self._rows.values() if r.version > version], self._version
+
+    def counters(self) -> list[AccountRecord]:
+        return self.load()
+
+    def lead(self, holder: str, ttl: float) -> bool:
+        with self._lock:
+            now = time.time()
+            if self._leader is None or self._leader[0] == holder or self._leader[1] < now:
+                self._leader = (holder, now + ttl)
+                return True
+            return False
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS accounts (
+    upstream TEXT NOT NULL, id TEXT NOT NULL,
+    status TEXT NOT NULL DEFAULT 'active', until REAL, reason TEXT, since REAL, balance REAL, proxy_failed_at REAL,
+    requests INTEGER NOT NULL DEFAULT 0, failures TEXT NOT NULL DEFAULT '{}',
+    tokens_in INTEGER NOT NULL DEFAULT 0, tokens_out INTEGER NOT NULL DEFAULT 0, last_used REAL NOT NULL DEFAULT 0,
+    runtime TEXT, removed INTEGER NOT NULL DEFAULT 0, version INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (upstream, id));
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value);
+"""
+
+
+class SQLiteStore:
+    """One file per host, shared by its workers; WAL mode, every write one transaction."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        if not os.path.exists(path):
+            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))  # it may hold runtime-added keys
+        with self._session() as db:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.executescript(_SCHEMA)
+
+    @contextlib.contextmanager
+    def _session(self) -> Iterator[sqlite3.Connection]:
+        """A connection for one operation (cheap, and free of the thread that opened it)."""
+        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        db.row_factory = sqlite3.Row
+        db.execute("PRAGMA synchronous=NORMAL")
+        try:
+            yield db
+        finally:
+            db.close()
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._session() as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+
+    def load(self) -> list[AccountRecord]:
+        with self._session() as db:
+            return [_record(row) for row in db.execute("SELECT * FROM accounts")]
+
+    def write(self, states: list[AccountRecord], deltas: list[CounterDelta]) -> None:
+        if not states and not deltas:
+            return
+        with self._transaction() as db:
+            version = _meta(db, "version", 0)
+            for state in states:
+                version += 1
+                db.execute("INSERT OR IGNORE INTO accounts (upstream, id) VALUES (?, ?)", (state.upstream, state.id))
+                db.execute(
+                    "UPDATE accounts SET status=?, until=?, reason=?, since=?, balance=?, proxy_failed_at=?, "
+                    "runtime=?, removed=?, version=? WHERE upstream=? AND id=?",
+                    (state.status, state.until, state.reason, state.since, state.balance, state.proxy_failed_at,
+                     json.dumps(state.runtime) if state.runtime is not None else None, int(state.removed), version,
+                     state.upstream, state.id))
+            for delta in deltas:
+                db.execute("INSERT OR IGNORE INTO accounts (upstream, id) VALUES (?, ?)", (delta.upstream, delta.id))
+                row = db.execute("SELECT failures FROM accounts WHERE upstream=? AND id=?",
+                                 (delta.upstream, delta.id)).fetchone()
+                failures = json.loads(row["failures"] or "{}")
+                for klass, count in delta.failures.items():
+                    failures[klass] = failures.get(klass, 0) + count
+                db.execute(
+                    "UPDATE accounts SET requests=requests+?, tokens_in=tokens_in+?, tokens_out=tokens_out+?, "
+                    "failures=?, last_used=MAX(last_used, ?) WHERE upstream=? AND id=?",
+                    (delta.requests, delta.tokens_in, delta.tokens_out, json.dumps(failures), delta.last_used,
+                     delta.upstream, delta.id))
+            db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('version', ?)", (version,))
+
+    def changes_since(self, version: int) -> tuple[list[AccountRecord], int]:
+        with self._session() as db:
+            rows = [_record(r) for r in db.execute("SELECT * FROM accounts WHERE version > ?", (version,))]
+            return rows, _meta(db, "version", 0)
+
+    def counters(self) -> list[AccountRecord]:
+        return self.load()
+
+    def lead(self, holder: str, ttl: float) -> bool:
+        """Take or renew the leader lease; True while `holder` has it."""
+        with self._transaction() as db:
+            now = time.time()
+            current = _meta(db, "leader", None)
+            mine = current is None or current.split("|")[0] == holder or float(current.split("|")[1]) < now
+            if mine:
+                db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('leader', ?)", (f"{holder}|{now + ttl}",))
+            return bool(mine)
+
+
+def _meta(db: sqlite3.Connection, key: str, default: Any) -> Any:
+    row = db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+    return row["value"] if row is not None else default
+
+
+def _record(row: sqlite3.Row) -> AccountRecord:
+    return AccountRecord(
+        upstream=row["upstream"], id=row["id"], status=row["status"], until=row["until"], reason=row["reason"],
+        since=row["since"], balance=row["balance"], proxy_failed_at=row["proxy_failed_at"],
+        requests=row["requests"], failures=json.loads(row["failures"] or "{}"), tokens_in=row["tokens_in"],
+        tokens_out=row["tokens_out"], last_used=row["last_used"],
+        runtime=json.loads(row["runtime"]) if row["runtime"] else None, removed=bool(row["removed"]),
+        version=row["version"])
+
+
+def _copy(record: AccountRecord) -> AccountRecord:
+    return AccountRecord(**{**record.__dict__, "failures": dict(record.failures)})
+
+
+def _add(row: AccountRecord, delta: CounterDelta) -> None:
+    row.requests += delta.requests
+    row.tokens_in += delta.tokens_in
+    row.tokens_out += delta.tokens_out
+    row.last_used = max(row.last_used, delta.last_used)
+    for klass, count in delta.failures.items():
+        row.failures[klass] = row.failures.get(klass, 0) + count
