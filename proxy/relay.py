@@ -28,6 +28,7 @@ from proxy.ir.response import ErrorInfo
 from proxy.pool.classify import NETWORK_ACTION, NETWORK_CLASS, Verdict
 from proxy.pool.pool import AccountPool, Lease
 from proxy.protocols import registry
+from proxy.protocols.chat_completions.errors import error_body
 from proxy.routing import Route, Router
 from proxy.sse import dumps
 from proxy.streaming import EarlyStreamFailure, StreamingBody, StreamOutcome
@@ -247,14 +248,21 @@ def _is_event_stream(content_type: str) -> bool:
 
 
 def _client_error(info: ErrorInfo, raw: bytes | None, secrets: tuple[str, ...]) -> ProxyError:
-    """The upstream's error for the client. On the same-protocol path a well-formed error body
-    is relayed as the upstream wrote it (minus secrets); otherwise it is re-expressed."""
+    """The upstream's error for the client. On the same-protocol path an OpenAI-shaped error body
+    keeps the upstream's own wording and fields (codes such as context_length_exceeded matter to
+    clients), completed where a compatible server left out part of the envelope; otherwise the
+    error is re-expressed in the client's protocol."""
     err = ProxyError.from_info(info)
     if raw is not None:
         try:
             doc = json.loads(raw)
         except ValueError:
             doc = None
-        if isinstance(doc, dict) and isinstance(doc.get("error"), dict):
-            err.raw_body = scrub(raw.decode("utf-8", "replace"), secrets).encode("utf-8")
+        upstream_error = doc.get("error") if isinstance(doc, dict) else None
+        if isinstance(upstream_error, dict) and isinstance(upstream_error.get("message"), str):
+            envelope = error_body(info)["error"]
+            kept = {k: v for k, v in upstream_error.items() if v is not None or k not in envelope}
+            assert isinstance(doc, dict)
+            doc["error"] = {**envelope, **kept}
+            err.raw_body = scrub(dumps(doc).decode("utf-8"), secrets).encode("utf-8")
     return err

@@ -8,8 +8,9 @@ upstream and to steer it:
   POST /_demo/release?request_id=ID      let a `[demo:hold]` stream continue
   GET  /_demo/wait?request_id=ID&timeout=S
                                          block until the proxy hung up on that request's stream
-  POST /_demo/keys  {"KEY": {"status": 429, "headers": {...}, "body": {...}}}
+  POST /_demo/keys  {"KEY": {"status": 429, "headers": {...}, "body": {...}, "times": N}}
                                          make requests with that account key fail that way
+                                         (the next N times only, when `times` is given)
   DELETE /_demo/keys                     forget those failures
 
 Requests are matched to tests by the `X-Request-Id` the proxy forwards.
@@ -61,6 +62,11 @@ class DemoUpstream:
         if not key:
             return w.response(401, _json(_error("missing API key", "invalid_request_error", "invalid_api_key")))
         fault = self.key_faults.get(key)
+        if fault is not None and "times" in fault:
+            if fault["times"] <= 0:
+                fault = None
+            else:
+                fault["times"] -= 1
         if fault is not None:
             body = fault.get("body") or _error(f"demo fault for this key ({fault.get('status')})", "demo_error")
             raw = body if isinstance(body, str) else _json(body)
