@@ -5,9 +5,10 @@ Owns, every `SYNC_INTERVAL` seconds: handing this worker's pool changes to the s
 in other workers' (so an account out of rotation in one worker is out in all within ~2 s); and, in
 the one worker per host that holds the store's leader lease, probing disabled accounts (config
 `pool.probe`, default `GET {base_url}/models` with the account's key) and re-enabling those that
-answer, and refreshing balances (`pool.balance`). Store calls run on a real thread (SQLite
-blocks); probes run in their own greenlets; nothing here ever blocks a request. Started after
-fork by `create_app`, stopped — with a final flush — when the worker exits.
+answer — except accounts an admin disabled — and refreshing balances (`pool.balance`). Store
+calls run on a real thread (SQLite blocks); probes run in their own greenlets; nothing here ever
+blocks a request. Started after fork by `create_app`, stopped — with a final flush — when the
+worker exits.
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import gevent
 from gevent import monkey
+from gevent.event import Event
 
 from proxy.config import Timeouts, Upstream
 from proxy.pool.classify import cooldown_until
@@ -56,6 +59,10 @@ class PoolKeeper:
         self._last_probe: dict[tuple[str, str], float] = {}
         self._last_balance: dict[tuple[str, str], float] = {}
         self._probing: set[tuple[str, str]] = set()
+        self._wake = Event()
+        self._sync_lock = threading.Lock()  # greenlet-aware once gevent has patched threading
+        for pool in pools.values():
+            pool.on_change = self._wake.set
 
     def load(self) -> None:
         """Take in everything stored (state, counters, runtime accounts) before serving."""
@@ -87,19 +94,25 @@ class PoolKeeper:
                 raise
             except Exception:
                 log.exception("pool keeper: sync failed; retrying")
-            gevent.sleep(SYNC_INTERVAL)
+            # A state change wakes us early: it reaches the store at once, and the other workers
+            # within their next tick.
+            self._wake.wait(SYNC_INTERVAL)
+            self._wake.clear()
 
     def sync(self) -> None:
-        states, deltas = [], []
-        for pool in self.pools.values():
-            pool_states, pool_deltas = pool.pending()
-            states += pool_states
-            deltas += pool_deltas
-        blocking(self.store.write, states, deltas)
-        records, version = blocking(self.store.changes_since, self._version)
-        self._version = version
-        for name, pool in self.pools.items():
-            pool.apply_remote([r for r in records if r.upstream == name])
+        """Write this worker's changes, read everyone else's. One at a time: an admin request that
+        syncs must not read the store while the keeper's own write is still on its way."""
+        with self._sync_lock:
+            states, deltas = [], []
+            for pool in self.pools.values():
+                pool_states, pool_deltas = pool.pending()
+                states += pool_states
+                deltas += pool_deltas
+            blocking(self.store.write, states, deltas)
+            records, version = blocking(self.store.changes_since, self._version)
+            self._version = version
+            for name, pool in self.pools.items():
+                pool.apply_remote([r for r in records if r.upstream == name])
 
     # ------------------------------------------------------------ leader's duties
 
@@ -108,8 +121,11 @@ class PoolKeeper:
             settings = pool.settings
             for state in pool.states():
                 key = (pool.upstream.name, state.id)
-                if state.status == DISABLED and key not in self._probing \
-                        and now - self._last_probe.get(key, 0.0) >= settings.probe.interval:
+                # An admin's decision stands until an admin reverses it; the pool's own are probed,
+                # first one interval after the account was taken out.
+                probe_due = self._last_probe.get(key, state.since or 0.0) + settings.probe.interval <= now
+                if state.status == DISABLED and not (state.reason or "").startswith("admin:") and probe_due \
+                        and key not in self._probing:
                     self._last_probe[key] = now
                     self._probing.add(key)
                     gevent.spawn(self._probe, pool, state, key)

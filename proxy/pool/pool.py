@@ -69,6 +69,8 @@ class AccountPool:
         self._last_chosen: str | None = None
         self._changed: set[str] = set()  # state changes not yet handed to the store
         self._deltas: dict[str, CounterDelta] = {}
+        # Called after a state change, so the keeper writes it now rather than at its next tick.
+        self.on_change: Callable[[], None] | None = None
 
     # ------------------------------------------------------------ leasing
 
@@ -160,7 +162,12 @@ class AccountPool:
                 return False
             change(state, now)
             self._changed.add(account_id)
-            return True
+        self._notify()
+        return True
+
+    def _notify(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
 
     # ------------------------------------------------------------ runtime accounts (admin API)
 
@@ -172,7 +179,8 @@ class AccountPool:
             self._removed.discard(account.id)
             self._runtime[account.id] = runtime_config(account)
             self._changed.add(account.id)
-            return True
+        self._notify()
+        return True
 
     def remove(self, account_id: str) -> bool:
         with self._lock:
@@ -181,7 +189,8 @@ class AccountPool:
             self._removed.add(account_id)
             self._runtime.pop(account_id, None)
             self._changed.add(account_id)
-            return True
+        self._notify()
+        return True
 
     # ------------------------------------------------------------ views and sync
 

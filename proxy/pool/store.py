@@ -98,7 +98,8 @@ class MemoryStore:
 
     def changes_since(self, version: int) -> tuple[list[AccountRecord], int]:
         with self._lock:
-            return [_copy(r) for r in self._rows.values() if r.version > version], self._version
+            rows = [_copy(r) for r in self._rows.values() if r.version > version]
+        return rows, max((r.version for r in rows), default=version)
 
     def counters(self) -> list[AccountRecord]:
         return self.load()
@@ -190,9 +191,12 @@ class SQLiteStore:
             db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('version', ?)", (version,))
 
     def changes_since(self, version: int) -> tuple[list[AccountRecord], int]:
+        """Rows written after `version`, and the version to ask from next time. That is the newest
+        version among the rows read — not the store's current version, which a write committing
+        between two reads could have advanced past rows this read did not see."""
         with self._session() as db:
             rows = [_record(r) for r in db.execute("SELECT * FROM accounts WHERE version > ?", (version,))]
-            return rows, _meta(db, "version", 0)
+        return rows, max((r.version for r in rows), default=version)
 
     def counters(self) -> list[AccountRecord]:
         return self.load()

@@ -7,6 +7,7 @@ import signal
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,15 @@ def chat(proxy: ProxyServer, request_id: str) -> int:
     resp.body()
     resp.close()
     return resp.status
+
+
+def eventually(check: Callable[[], bool], seconds: float = 10) -> bool:
+    """Poll `check` until it holds or the deadline passes: for state the workers share with a delay."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if check():
+            return True
+    return False
 
 
 def graceful_stop(server: ProxyServer) -> None:
@@ -103,23 +113,34 @@ def test_probes_run_once_per_host_and_bring_a_recovered_account_back(
         four_workers: Any, demo_upstream: DemoUpstream) -> None:
     server, (preferred, _) = four_workers
     demo_upstream.control("/_demo/keys", method="DELETE")
+    admin(server, "POST", "/admin/accounts/main/acct-0/enable")
     demo_upstream.control("/_demo/keys", body={preferred: {"status": 401}})
-    admin(server, "POST", "/admin/accounts/main/acct-0/disable", {"reason": "test"})
-    deadline = time.monotonic() + 10
-    probes: list[dict[str, Any]] = []
-    while time.monotonic() < deadline and len(probes) < 4:
-        probes = [r for r in demo_upstream.requests("") if r["key"] == preferred and r["path"] == "/v1/models"
-                  and r["request_id"].startswith("probe-")]
-    assert len(probes) >= 4
-    assert len({p["request_id"] for p in probes}) == 1  # one prober on this host, not one per worker
+
+    def revoked_key_tried() -> bool:  # whichever worker has seen the enable tries the key first
+        rid = uuid.uuid4().hex
+        assert chat(server, rid) == 200  # the key is revoked: the pool disables it, another account serves
+        return any(r["key"] == preferred for r in demo_upstream.requests(rid))
+
+    assert eventually(revoked_key_tried)
+    assert eventually(lambda: (account(server, "main", "acct-0")["reason"] or "").startswith("auth_invalid"))
+    def probes() -> list[dict[str, Any]]:
+        return [r for r in demo_upstream.requests("") if r["key"] == preferred and r["path"] == "/v1/models"
+                and r["request_id"].startswith("probe-")]
+
+    assert eventually(lambda: len(probes()) >= 4)
+    assert len({p["request_id"] for p in probes()}) == 1  # one prober on this host, not one per worker
+    admin(server, "POST", "/admin/accounts/main/acct-1/disable", {"reason": "kept out by an admin"})
+    assert not [r for r in demo_upstream.requests("") if r["key"] == "sk-multi-1" and r["path"] == "/v1/models"]
     demo_upstream.control("/_demo/keys", method="DELETE")  # the key works again
-    # The prober re-enables it; the others learn at their next sync. Wait until twenty reads in a
-    # row, over new connections spread across the workers, agree that it is back.
-    deadline = time.monotonic() + 10
-    agreeing = 0
-    while time.monotonic() < deadline and agreeing < 20:
-        agreeing = agreeing + 1 if account(server, "main", "acct-0")["status"] == "active" else 0
-    assert agreeing == 20
+    # The prober re-enables it; the others learn at their next sync. Twenty reads in a row, over new
+    # connections spread across the workers, must agree that it is back.
+    agreeing = [0]
+
+    def agreed() -> bool:
+        agreeing[0] = agreeing[0] + 1 if account(server, "main", "acct-0")["status"] == "active" else 0
+        return agreeing[0] >= 20
+
+    assert eventually(agreed)
 
 
 def test_200_concurrent_requests_over_five_accounts_with_two_failing(

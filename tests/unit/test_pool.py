@@ -194,3 +194,17 @@ def test_runtime_accounts_and_removals_survive_a_restart(tmp_path: Path) -> None
     assert ids == ["a0", "a1", "new"]
     assert restarted.get("new").account.api_key == "sk-new-account-9999"  # type: ignore[union-attr]
     assert restarted.get("a1").status == DISABLED  # type: ignore[union-attr]
+
+
+def test_a_write_between_reads_is_not_lost(tmp_path: Path) -> None:
+    """changes_since must not report a version newer than the rows it returned: a concurrent write
+    that commits after the rows were read would otherwise be skipped for good."""
+    store = SQLiteStore(str(tmp_path / "state.db"))
+    pool = AccountPool(upstream())
+    pool.cool("a0", 2_000_000_000, "exhausted")
+    store.write(*pool.pending())
+    rows, seen = store.changes_since(0)
+    pool.disable("a1", "auth")  # another worker writes now
+    store.write(*pool.pending())
+    later, _ = store.changes_since(seen)
+    assert [r.id for r in rows] == ["a0"] and [r.id for r in later] == ["a1"]
