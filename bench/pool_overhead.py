@@ -15,9 +15,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from proxy.config import parse  # noqa: E402
-from proxy.ir.response import Usage  # noqa: E402
-from proxy.pool.pool import AccountPool  # noqa: E402
+from proxy.config import parse
+from proxy.ir.response import Usage
+from proxy.pool.pool import AccountPool
 
 USAGE = Usage(input_tokens=100, output_tokens=20)
 
