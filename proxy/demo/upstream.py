@@ -4,6 +4,8 @@ Owns the upstream's endpoints — `GET /v1/models`, `POST /v1/chat/completions` 
 `scenarios.Plan` — and a control API under `/_demo/` that tests use to see what reached the
 upstream and to steer it:
 
+  GET  /v1/dashboard/balance             {"data": {"total_available": N}}, N fixed per key
+
   GET  /_demo/requests?request_id=ID     requests received (headers, presented key, JSON body)
   POST /_demo/release?request_id=ID      let a `[demo:hold]` stream continue
   GET  /_demo/wait?request_id=ID&timeout=S
@@ -72,6 +74,10 @@ class DemoUpstream:
             raw = body if isinstance(body, str) else _json(body)
             return w.response(int(fault.get("status", 500)), raw.encode() if isinstance(raw, str) else raw,
                               headers=fault.get("headers") or {})
+        if req.method == "GET" and req.path.endswith("/dashboard/balance"):
+            # A balance endpoint for the pool's `balance` setting: a stable per-key amount.
+            amount = sum(key.encode()) % 1000 / 10
+            return w.response(200, _json({"object": "balance", "data": {"total_available": amount}}))
         if req.method == "GET" and req.path.rstrip("/").endswith("/models"):
             data = [{"id": m, "object": "model", "created": 1735689600, "owned_by": "demo"} for m in MODELS]
             return w.response(200, _json({"object": "list", "data": data}))

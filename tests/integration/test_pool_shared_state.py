@@ -177,3 +177,15 @@ def test_200_concurrent_requests_over_five_accounts_with_two_failing(
     finally:
         stop_proxy(server)
         demo_upstream.control("/_demo/keys", method="DELETE")
+
+
+def test_balances_are_refreshed_from_the_configured_endpoint(demo_upstream: DemoUpstream, tmp_path: Path) -> None:
+    keys = ["sk-balance-0", "sk-balance-1"]
+    expected = {f"acct-{i}": sum(k.encode()) % 1000 / 10 for i, k in enumerate(keys)}  # what the demo reports
+    server = start_proxy(config(demo_upstream, keys, policy="balance", probe={"interval": 3600},
+                                balance={"path": "/dashboard/balance", "field": "data.total_available",
+                                         "interval": 0.5}), tmp_path)
+    try:
+        assert eventually(lambda: {a: account(server, "main", a)["balance"] for a in expected} == expected)
+    finally:
+        stop_proxy(server)
