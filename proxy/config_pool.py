@@ -69,7 +69,7 @@ def parse_pool(raw: Any, path: str) -> PoolConfig:
         balance = BalanceConfig(path=str_(required(b, "path", f"{path}.balance"), f"{path}.balance.path"),
                                 field=str_(required(b, "field", f"{path}.balance"), f"{path}.balance.field"),
                                 method=choice(b.get("method", "GET"), f"{path}.balance.method", ("GET", "POST")),
-                                interval=number(b.get("interval", 300), f"{path}.balance.interval", minimum=1))
+                                interval=number(b.get("interval", 300), f"{path}.balance.interval", minimum=0.05))
     return PoolConfig(
         policy=choice(p.get("policy", "lru"), f"{path}.policy", POLICIES),
         max_attempts=int_(p.get("max_attempts", 10), f"{path}.max_attempts", minimum=1),

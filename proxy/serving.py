@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import resource
+import sys
 from typing import Any
 
 ACCESS_LOG_FORMAT = '%(h)s "%(r)s" %(s)s %(B)s %(M)sms rid=%({x-request-id}o)s ua="%(a)s"'
@@ -29,6 +30,21 @@ def _raise_fd_limit(worker: Any) -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
         except (ValueError, OSError):
             worker.log.warning("could not raise the open-file limit above %d", soft)
+
+
+def _check_config(server: Any) -> None:
+    """Before any worker starts: an invalid config stops gunicorn with status 2 and one line naming
+    the key and the problem, as `llm-proxy serve` does — not a traceback from every booting worker."""
+    from proxy.config import ConfigError, load  # import-light: stdlib and PyYAML
+
+    path = os.environ.get("LLM_PROXY_CONFIG")
+    try:
+        if not path:
+            raise ConfigError("", "set LLM_PROXY_CONFIG to the path of the YAML config file")
+        load(path)
+    except ConfigError as exc:
+        print(f"llm-proxy: config error: {exc}", file=sys.stderr, flush=True)
+        sys.exit(2)
 
 
 def _flush_pool_state(server: Any, worker: Any) -> None:
@@ -53,6 +69,7 @@ def settings(bind: str | None = None, workers: int | None = None) -> dict[str, A
         "access_log_format": ACCESS_LOG_FORMAT,
         "errorlog": "-",
         "loglevel": env.get("LLM_PROXY_GUNICORN_LOG_LEVEL", "info"),
+        "on_starting": _check_config,
         "post_worker_init": _raise_fd_limit,
         "worker_exit": _flush_pool_state,
     }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -110,3 +111,16 @@ def test_check_config_ok_and_invalid_exit_codes(tmp_path: Path) -> None:
         assert result.returncode == 2
         assert result.stderr.strip().startswith("llm-proxy: config error: upstreams[0].protocol: must be one of")
         assert "Traceback" not in result.stderr
+
+
+def test_gunicorn_with_an_invalid_config_exits_2_with_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(with_("upstreams.0.protocol", "grpc")))
+    root = Path(__file__).resolve().parent.parent.parent
+    for env in ({"LLM_PROXY_CONFIG": str(bad)}, {}):
+        result = subprocess.run([sys.executable, "-m", "gunicorn", "-c", str(root / "gunicorn.conf.py"),
+                                 "--bind", "127.0.0.1:0", "proxy.wsgi:app"], capture_output=True, text=True,
+                                timeout=60, cwd=root, env={k: v for k, v in os.environ.items()
+                                                            if k != "LLM_PROXY_CONFIG"} | env)
+        assert result.returncode == 2
+        assert "llm-proxy: config error:" in result.stderr and "Traceback" not in result.stderr
