@@ -108,6 +108,7 @@ class Config:
     upstreams: tuple[Upstream, ...]
     admin_keys: tuple[str, ...] = field(default=(), repr=False)
     max_body_bytes: int = 32 * 2**20
+    max_response_bytes: int = 64 * 2**20  # a non-streamed upstream answer beyond this is refused, not buffered
     timeouts: Timeouts = field(default_factory=Timeouts)
     streaming: Streaming = field(default_factory=Streaming)
     model_list_ttl: float = 300.0
@@ -145,7 +146,7 @@ def parse(raw: Any, environ: Mapping[str, str] | None = None, source: str = "<me
         "",
         {
             "client_keys", "admin_keys", "upstreams", "max_body_bytes", "timeouts", "streaming",
-            "model_list_ttl", "trust_env", "log_level", "state_path", "response_store",
+            "model_list_ttl", "trust_env", "log_level", "state_path", "response_store", "max_response_bytes",
         },
     )
     client_keys = keys(top.get("client_keys"), "client_keys", at_least_one=True)
@@ -167,6 +168,7 @@ def parse(raw: Any, environ: Mapping[str, str] | None = None, source: str = "<me
         admin_keys=admin_keys,
         upstreams=upstreams,
         max_body_bytes=size(top.get("max_body_bytes", 32 * 2**20), "max_body_bytes"),
+        max_response_bytes=size(top.get("max_response_bytes", 64 * 2**20), "max_response_bytes"),
         timeouts=timeouts,
         streaming=_streaming(top.get("streaming", {}), "streaming"),
         model_list_ttl=number(top.get("model_list_ttl", 300), "model_list_ttl", minimum=0),

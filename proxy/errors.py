@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
+from typing import Any
 
 from proxy.ir.response import ErrorInfo
 
@@ -122,6 +123,26 @@ def parse_upstream_error(status: int, body: bytes, secrets: Iterable[str] = ()) 
         param=str(param) if param is not None else None,
         upstream_type=str(utype) if utype is not None else None,
     )
+
+
+def embedded_error(doc: dict[str, Any], secrets: Iterable[str] = ()) -> ErrorInfo | None:
+    """An error object a server put inside a 200 answer — a stream chunk or a whole body — with the
+    HTTP status it stands for, so it is judged like the HTTP error it is."""
+    err = doc.get("error")
+    if not err:
+        return None
+    status = 500
+    if isinstance(err, dict):
+        code, etype = err.get("code"), err.get("type")
+        if isinstance(code, int) and not isinstance(code, bool) and 400 <= code < 600:
+            status = code
+        elif etype in ("rate_limit_exceeded", "rate_limit_error", "requests") or code == "rate_limit_exceeded":
+            status = 429
+        elif etype == "overloaded_error":
+            status = 529
+        elif code == "context_length_exceeded" or etype == "invalid_request_error":
+            status = 400
+    return parse_upstream_error(status, json.dumps(doc).encode(), secrets)
 
 
 def scrub(text: str, secrets: Iterable[str] = ()) -> str:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.config import Config
-from proxy.errors import ProxyError, parse_upstream_error, scrub
+from proxy.errors import ProxyError, embedded_error, parse_upstream_error, scrub
 from proxy.exchange import Exchange
 from proxy.ir.fold import unfold
 from proxy.ir.response import ErrorInfo
@@ -31,13 +31,12 @@ from proxy.protocols import registry
 from proxy.protocols.chat_completions.errors import error_body
 from proxy.routing import Route, Router
 from proxy.sse import dumps
-from proxy.streaming import EarlyStreamFailure, StreamingBody, StreamOutcome
+from proxy.streaming import ClientGone, EarlyStreamFailure, StreamingBody, StreamOutcome, hangup_aborts
 from proxy.transcode import StreamRelay, Translation
 from proxy.upstream import Target, UpstreamClient, UpstreamNetworkError, read_capped, set_read_timeout
 
 log = logging.getLogger("proxy.relay")
 
-MAX_RESPONSE_BODY = 64 << 20  # a non-streamed answer larger than this is refused, not buffered
 SSE_HEADERS = {
     "Content-Type": "text/event-stream; charset=utf-8",
     "Cache-Control": "no-cache",
@@ -76,9 +75,16 @@ class Relay:
                     break
                 tried.add(lease.account.id)
                 try:
-                    return self._attempt(ex, route, lease)
+                    with hangup_aborts(ex.client_socket):
+                        return self._attempt(ex, route, lease)
                 except _Retry as retry:
                     failures.append(retry)
+                except ClientGone:
+                    lease.release(failure="client_gone")
+                    log.info("client disconnected before the upstream answered rid=%s upstream=%s account=%s",
+                             ex.request_id, route.upstream.name, lease.account.id)
+                    raise ProxyError(499, "The client closed the connection before the answer began.",
+                                     "invalid_request") from None
         raise self._unserved(ex, routes, failures)
 
     def _unserved(self, ex: Exchange, routes: list[Route], failures: list[_Retry]) -> ProxyError:
@@ -184,6 +190,12 @@ class Relay:
     def _whole(self, ex: Exchange, route: Route, lease: Lease, resp: Any, same_wire: bool,
                started: float) -> RelayResult:
         doc = self._read_json(route, lease, resp)
+        embedded = embedded_error(doc, self.secrets)
+        if embedded is not None and not any(k in doc for k in ("choices", "content", "output")):
+            # A 200 whose body is an error (some compatible servers do this): judge it as that error.
+            verdict = self.pools[route.upstream.name].classify(embedded.status, embedded.message)
+            self._judge(ex, route, lease, verdict, embedded, resp.headers, started)
+            raise _client_error(embedded, None, self.secrets)
         upstream_side = registry.UPSTREAMS[route.upstream.protocol]
         decoded = upstream_side.decode_response(doc)
         lease.release(usage=decoded.usage)
@@ -201,11 +213,12 @@ class Relay:
         return RelayResult(200, {"Content-Type": "application/json"}, dumps(out))
 
     def _read_json(self, route: Route, lease: Lease, resp: Any) -> dict[str, Any]:
-        raw = read_capped(resp, MAX_RESPONSE_BODY + 1)
-        if len(raw) > MAX_RESPONSE_BODY:
+        limit = self.config.max_response_bytes
+        raw = read_capped(resp, limit + 1)
+        if len(raw) > limit:
             lease.release(failure="upstream_error")
-            raise ProxyError(502, f"upstream {route.upstream.name!r} answered with more than "
-                                  f"{MAX_RESPONSE_BODY >> 20} MiB; refusing to buffer it", "upstream_error")
+            raise ProxyError(502, f"upstream {route.upstream.name!r} answered with more than {limit} bytes, the "
+                                  "limit for a non-streamed answer (max_response_bytes)", "upstream_error")
         try:
             doc = json.loads(raw)
         except ValueError:

@@ -119,6 +119,15 @@ class SSEParser:
         # `id` and `retry` are deliberately ignored: we never re-emit ids (see PROTOCOLS.md §0.1).
 
 
+def loads(data: bytes) -> Any:
+    """JSON from an upstream event. Invalid UTF-8 (a truncated multi-byte character from a sloppy
+    server) becomes U+FFFD instead of failing the whole stream; invalid JSON still raises ValueError."""
+    try:
+        return json.loads(data)
+    except UnicodeDecodeError:
+        return json.loads(data.decode("utf-8", "replace"))
+
+
 # ---------------------------------------------------------------- writing frames
 
 KEEPALIVE_COMMENT = b": keepalive\n\n"

@@ -42,6 +42,42 @@ _EOF = object()
 _CLIENT_GONE = object()
 
 
+class ClientGone(BaseException):
+    """The client hung up before its answer started. A BaseException, like GreenletExit, so that no
+    `except Exception` between here and the blocked upstream read can swallow it."""
+
+
+@contextlib.contextmanager
+def hangup_aborts(sock: socket.socket | None) -> Iterator[None]:
+    """While the body runs — waiting for upstream headers, a non-streamed answer, a stream's first
+    event — a client hang-up raises ClientGone in this greenlet, which abandons (and so closes) the
+    upstream connection at once instead of after the upstream finishes working for nobody."""
+    if sock is None:
+        yield
+        return
+    target = gevent.getcurrent()
+
+    def watch() -> None:
+        if hung_up(sock):
+            gevent.kill(target, ClientGone)
+
+    watcher = gevent.spawn(watch)
+    try:
+        yield
+    finally:
+        watcher.kill(block=False)
+
+
+def hung_up(sock: socket.socket) -> bool:
+    """Block until the client's socket is readable; True if that is because the client left (EOF or
+    reset), False if it sent more data (pipelining), which is not a hang-up."""
+    try:
+        wait_read(sock.fileno())
+        return not sock.recv(1, socket.MSG_PEEK)
+    except OSError:
+        return True
+
+
 class EarlyStreamFailure(Exception):
     """The upstream failed before the client received anything: the caller may retry."""
 
@@ -179,14 +215,8 @@ class StreamingBody:
 
     def _watch_client(self, sock: socket.socket) -> None:
         """Watcher greenlet: a client that hangs up makes its socket readable with EOF."""
-        try:
-            wait_read(sock.fileno())
-            if sock.recv(1, socket.MSG_PEEK):
-                return  # the client sent more data (pipelining): not a hang-up, stop watching
-        except gevent.GreenletExit:
-            raise
-        except OSError:
-            pass  # reset or closed: gone
+        if not hung_up(sock):
+            return
         self._reader.kill(block=False)
         # If the queue is full the body is blocked writing to the client, and that write will fail.
         with contextlib.suppress(Full):

@@ -14,6 +14,15 @@ upstream and to steer it:
                                          make requests with that account key fail that way
                                          (the next N times only, when `times` is given)
   DELETE /_demo/keys                     forget those failures
+  POST /_demo/script?request_id=ID  [RESPONSE, …]
+                                         answer the next requests with that id with these
+                                         responses, one per request (one per retry), exactly:
+      {"status": 502, "headers": {…}, "body": "text"}            a whole response
+      {"steps": [STEP, …], "chunked": true}                      a 200 event stream, step by step
+      {"close": true}                                            read the request, close, no answer
+      {"delay": S, …}                                            wait S seconds before answering
+    STEP: {"send": "text"} | {"send_hex": "ff00"} | {"sleep": S} | {"hold": true} (until the
+          client leaves) | {"trickle": "text", "interval": S} (a byte at a time) | {"close": true}
 
 Requests are matched to tests by the `X-Request-Id` the proxy forwards.
 """
@@ -48,6 +57,7 @@ class DemoUpstream:
         self.holds: dict[str, Event] = {}
         self.disconnects: dict[str, Event] = {}
         self.key_faults: dict[str, dict[str, Any]] = {}
+        self.scripts: dict[str, list[dict[str, Any]]] = {}
 
     def __call__(self, req: HTTPRequest, w: Writer) -> None:
         if req.path.startswith("/_demo/"):
@@ -61,6 +71,9 @@ class DemoUpstream:
         except ValueError:
             record["body"] = req.body.decode("utf-8", "replace")
         self.records.append(record)
+        script = self.scripts.get(rid)
+        if script:
+            return self._scripted(script.pop(0), w, rid)
         if not key:
             return w.response(401, _json(_error("missing API key", "invalid_request_error", "invalid_api_key")))
         fault = self.key_faults.get(key)
@@ -138,6 +151,42 @@ class DemoUpstream:
             if w.peer_closed():
                 raise PeerGone()
 
+    def _scripted(self, answer: dict[str, Any], w: Writer, rid: str) -> None:
+        """A fault (or any exact answer) a test asked for."""
+        try:
+            if answer.get("delay"):
+                self._sleep_watching(float(answer["delay"]), w)
+            if answer.get("close"):
+                w.drop()
+                return
+            if "steps" not in answer:
+                body = answer.get("body", "")
+                raw = body.encode() if isinstance(body, str) else _json(body)
+                headers = answer.get("headers") or {}
+                w.response(int(answer.get("status", 200)), raw, headers.pop("Content-Type", "text/html"), headers)
+                return
+            w.start_stream(chunked=answer.get("chunked", True))
+            for step in answer["steps"]:
+                if "send" in step or "send_hex" in step:
+                    w.send(step["send"].encode() if "send" in step else bytes.fromhex(step["send_hex"]))
+                elif "sleep" in step:
+                    self._sleep_watching(float(step["sleep"]), w)
+                elif "trickle" in step:
+                    for byte in step["trickle"].encode():
+                        w.send(bytes([byte]))
+                        self._sleep_watching(float(step.get("interval", 1.0)), w)
+                elif step.get("hold"):
+                    while not w.peer_closed():
+                        gevent.sleep(0.02)
+                    raise PeerGone()
+                elif step.get("close"):
+                    w.drop()
+                    return
+            w.end()
+        except PeerGone:
+            self.disconnects.setdefault(rid, Event()).set()
+            raise
+
     # ------------------------------------------------------------ control
 
     def _control(self, req: HTTPRequest, w: Writer) -> None:
@@ -151,6 +200,9 @@ class DemoUpstream:
         if req.path == "/_demo/wait":
             gone = self.disconnects.setdefault(rid, Event()).wait(float(req.query.get("timeout", "5")))
             return w.response(200, _json({"disconnected": bool(gone)}))
+        if req.path == "/_demo/script":
+            self.scripts[rid] = list(json.loads(req.body))
+            return w.response(200, _json({"scripted": rid, "responses": len(self.scripts[rid])}))
         if req.path == "/_demo/keys":
             if req.method == "DELETE":
                 self.key_faults.clear()

@@ -20,11 +20,11 @@ import json
 import time
 from typing import Any
 
-from proxy.errors import parse_upstream_error
+from proxy.errors import embedded_error
 from proxy.ir.response import ErrorInfo, Usage
 from proxy.protocols.chat_completions.errors import stream_error_frames
 from proxy.protocols.chat_completions.response import new_id, usage_from_chat
-from proxy.sse import DONE_FRAME, KEEPALIVE_COMMENT, SSEEvent, data_frame
+from proxy.sse import DONE_FRAME, KEEPALIVE_COMMENT, SSEEvent, data_frame, loads
 
 
 class _ChoiceState:
@@ -60,14 +60,14 @@ class ChatPassthroughStream:
             self.done = True
             return [DONE_FRAME]
         try:
-            chunk = json.loads(data)
+            chunk = loads(data)
         except ValueError:
             return self.fail(ErrorInfo("upstream_error", "upstream sent a malformed JSON chunk in its stream", 502))
         if not isinstance(chunk, dict):
             return self.fail(ErrorInfo("upstream_error", "upstream sent a stream chunk that is not an object", 502))
         self._started = True
         if chunk.get("error"):
-            return self._upstream_error(chunk, data)
+            return self._upstream_error(chunk)
         return self._normalise(chunk)
 
     def close(self) -> list[bytes]:
@@ -91,10 +91,10 @@ class ChatPassthroughStream:
         self.failed = info
         return stream_error_frames(info)
 
-    def _upstream_error(self, chunk: dict[str, Any], raw: bytes) -> list[bytes]:
+    def _upstream_error(self, chunk: dict[str, Any]) -> list[bytes]:
         """An error object inside the stream: relay it as the upstream worded it when it has the
         OpenAI shape (codes such as context_length_exceeded matter to clients), then terminate."""
-        self.failed = parse_upstream_error(500, raw)
+        self.failed = embedded_error(chunk) or ErrorInfo("api_error", "upstream error", 500)
         self.done = True
         err = chunk["error"]
         if isinstance(err, dict) and isinstance(err.get("message"), str):

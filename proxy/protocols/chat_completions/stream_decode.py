@@ -23,13 +23,13 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.errors import parse_upstream_error
+from proxy.errors import embedded_error
 from proxy.ir import response as ir
 from proxy.ir.events import BlockStart, BlockStop, Delta, Event, Failure, Finish, Start, UsageUpdate
 from proxy.ir.request import OutputPart, ReasoningPart, RefusalPart, TextPart, ToolCallPart
 from proxy.ir.response import ErrorInfo
 from proxy.protocols.chat_completions.response import finish_from_chat, matched_stop, usage_from_chat
-from proxy.sse import SSEEvent
+from proxy.sse import SSEEvent, loads
 
 # Block keys: the three kinds of running text, or the upstream's index of a tool call.
 Key = str | int
@@ -71,14 +71,14 @@ class ChatStreamDecoder:
             self._end(out)
             return out
         try:
-            chunk = json.loads(data)
+            chunk = loads(data)
         except ValueError:
             return self._fail(out, "upstream sent a malformed JSON chunk in its stream")
         if not isinstance(chunk, dict):
             return self._fail(out, "upstream sent a stream chunk that is not a JSON object")
         if chunk.get("error"):
             self._start(chunk, out)
-            return self._fail_with(out, _stream_error(chunk))
+            return self._fail_with(out, embedded_error(chunk) or ErrorInfo("api_error", "upstream error", 500))
         self._start(chunk, out)
         choices = chunk.get("choices")
         if isinstance(choices, list):
@@ -269,18 +269,3 @@ class ChatStreamDecoder:
         self._done = True
         out.append(Failure(info))
         return out
-
-
-def _stream_error(chunk: dict[str, Any]) -> ErrorInfo:
-    """An `{"error": ...}` object inside a 200 stream, classified like an HTTP error body."""
-    err = chunk.get("error")
-    status = 500
-    if isinstance(err, dict):
-        code = err.get("code")
-        if isinstance(code, int):
-            status = code
-        elif err.get("type") in ("rate_limit_exceeded", "rate_limit_error") or code == "rate_limit_exceeded":
-            status = 429
-        elif err.get("type") == "overloaded_error":
-            status = 529
-    return parse_upstream_error(status, json.dumps(chunk).encode())
