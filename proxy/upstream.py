@@ -117,6 +117,10 @@ def classify_network_error(exc: BaseException, target: Target) -> UpstreamNetwor
                         f"{name} sent no response within {target.timeouts.read:g}s")
     if isinstance(exc, requests.exceptions.ProxyError):
         return _network(502, "upstream_error", "proxy", f"the outbound proxy for {name} failed")
+    if isinstance(exc, requests.exceptions.InvalidHeader | requests.exceptions.ChunkedEncodingError
+                  | requests.exceptions.ContentDecodingError | requests.exceptions.InvalidURL):
+        return _network(502, "upstream_error", "malformed",
+                        f"{name} sent a malformed response ({type(exc).__name__})")
     if isinstance(exc, requests.exceptions.SSLError):
         return _network(502, "upstream_error", "tls", f"TLS handshake with {name} failed")
     if "name or service not known" in text or "nodename nor servname" in text or "resolve" in text \

@@ -43,12 +43,15 @@ class Writer:
         self.close_after = False
         self._chunked = False
         self.started = False
+        self.sent = 0  # body bytes handed to the socket so far
 
     def response(self, status: int, body: bytes, content_type: str = "application/json",
                  headers: dict[str, str] | None = None) -> None:
+        headers = dict(headers or {})
+        length = headers.pop("Content-Length", str(len(body)))  # a test may announce a length it won't send
         lines = [f"HTTP/1.1 {status} {REASONS.get(status, 'Status')}", f"Content-Type: {content_type}",
-                 f"Content-Length: {len(body)}"]
-        lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
+                 f"Content-Length: {length}"]
+        lines += [f"{k}: {v}" for k, v in headers.items()]
         self._send(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
         self.started = True
 
@@ -63,6 +66,7 @@ class Writer:
     def send(self, data: bytes) -> None:
         if self.peer_closed():
             raise PeerGone()
+        self.sent += len(data)
         if self._chunked:
             data = b"%x\r\n%s\r\n" % (len(data), data)
         self._send(data)

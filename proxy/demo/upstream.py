@@ -14,6 +14,7 @@ upstream and to steer it:
                                          make requests with that account key fail that way
                                          (the next N times only, when `times` is given)
   DELETE /_demo/keys                     forget those failures
+  GET  /_demo/progress?request_id=ID     body bytes a scripted stream has sent so far
   POST /_demo/script?request_id=ID  [RESPONSE, …]
                                          answer the next requests with that id with these
                                          responses, one per request (one per retry), exactly:
@@ -23,6 +24,8 @@ upstream and to steer it:
       {"delay": S, …}                                            wait S seconds before answering
     STEP: {"send": "text"} | {"send_hex": "ff00"} | {"sleep": S} | {"hold": true} (until the
           client leaves) | {"trickle": "text", "interval": S} (a byte at a time) | {"close": true}
+          | {"repeat": "text", "times": N} (as fast as the client takes it)
+          | {"wait": true} (until POST /_demo/release?request_id=ID)
 
 Requests are matched to tests by the `X-Request-Id` the proxy forwards.
 """
@@ -58,6 +61,7 @@ class DemoUpstream:
         self.disconnects: dict[str, Event] = {}
         self.key_faults: dict[str, dict[str, Any]] = {}
         self.scripts: dict[str, list[dict[str, Any]]] = {}
+        self.writers: dict[str, Writer] = {}  # the scripted stream of each request id, for its progress
 
     def __call__(self, req: HTTPRequest, w: Writer) -> None:
         if req.path.startswith("/_demo/"):
@@ -166,6 +170,7 @@ class DemoUpstream:
                 w.response(int(answer.get("status", 200)), raw, headers.pop("Content-Type", "text/html"), headers)
                 return
             w.start_stream(chunked=answer.get("chunked", True))
+            self.writers[rid] = w
             for step in answer["steps"]:
                 if "send" in step or "send_hex" in step:
                     w.send(step["send"].encode() if "send" in step else bytes.fromhex(step["send_hex"]))
@@ -175,10 +180,19 @@ class DemoUpstream:
                     for byte in step["trickle"].encode():
                         w.send(bytes([byte]))
                         self._sleep_watching(float(step.get("interval", 1.0)), w)
+                elif step.get("wait"):  # until POST /_demo/release?request_id=…
+                    released = self.holds.setdefault(rid, Event())
+                    while not released.wait(0.02):
+                        if w.peer_closed():
+                            raise PeerGone()
                 elif step.get("hold"):
                     while not w.peer_closed():
                         gevent.sleep(0.02)
                     raise PeerGone()
+                elif "repeat" in step:
+                    data = step["repeat"].encode()
+                    for _ in range(int(step["times"])):
+                        w.send(data)
                 elif step.get("close"):
                     w.drop()
                     return
@@ -200,6 +214,9 @@ class DemoUpstream:
         if req.path == "/_demo/wait":
             gone = self.disconnects.setdefault(rid, Event()).wait(float(req.query.get("timeout", "5")))
             return w.response(200, _json({"disconnected": bool(gone)}))
+        if req.path == "/_demo/progress":
+            writer = self.writers.get(rid)
+            return w.response(200, _json({"sent": writer.sent if writer else 0}))
         if req.path == "/_demo/script":
             self.scripts[rid] = list(json.loads(req.body))
             return w.response(200, _json({"scripted": rid, "responses": len(self.scripts[rid])}))
