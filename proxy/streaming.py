@@ -153,6 +153,10 @@ class StreamingBody:
         self._outcome.usage = self._relay.usage
         if self._outcome.error is None:
             self._outcome.error = self._relay.failed
+        if not self._relay.done and self._outcome.error is None:
+            # Closed before the stream finished and with nothing wrong upstream: the client left,
+            # whether the watcher saw it or a write to its socket failed.
+            self._outcome.client_gone = True
         try:
             on_close(self._outcome)
         except Exception:
