@@ -194,12 +194,24 @@ class StreamingBody:
                     frames = relay.fail(item)
                 else:
                     last_data = time.monotonic()
-                    frames = [f for ev in parser.feed(item) for f in relay.feed(ev)]
+                    frames = self._translate(item)
             for frame in frames:
                 outcome.frames += 1
                 yield frame
             if frames:
                 last_write = time.monotonic()
+
+    def _translate(self, data: bytes) -> list[bytes]:
+        """Upstream bytes → client frames. A bug in a codec must not cut the client's stream off
+        without its terminator: it becomes the protocol's in-band error, and the log has the rest."""
+        try:
+            return [f for ev in self._parser.feed(data) for f in self._relay.feed(ev)]
+        except Exception:
+            log.exception("translating the upstream stream failed")
+            info = ErrorInfo("api_error", "The proxy could not translate the upstream's stream; "
+                                          "its log has the details.", 500)
+            self._outcome.error = info
+            return self._relay.fail(info)
 
     def _read_upstream(self) -> None:
         """Reader greenlet: upstream body → queue. Blocks on a full queue (backpressure)."""

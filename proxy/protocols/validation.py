@@ -89,3 +89,23 @@ def split_data_url(url: str) -> tuple[str, str] | None:
     if not sep or ";base64" not in head:
         return None
     return head[5:].split(";", 1)[0] or "application/octet-stream", data
+
+
+def get_objects(obj: dict[str, Any], key: str, path: str) -> list[dict[str, Any]]:
+    """An optional array of objects: [] when absent or null, a 400 naming the entry when not."""
+    value = get(obj, key, list, path)
+    if value is None:
+        return []
+    return [expect(entry, dict, join(join(path, key), i)) for i, entry in enumerate(value)]
+
+
+def get_object(obj: dict[str, Any], key: str, path: str) -> dict[str, Any]:
+    """An optional object: {} when absent or null, a 400 naming it when it is something else."""
+    value = get(obj, key, dict, path)
+    return value if value is not None else {}
+
+
+def get_text(obj: dict[str, Any], key: str, path: str) -> str:
+    """An optional string: "" when absent or null, a 400 naming it when it is something else."""
+    value = get(obj, key, str, path)
+    return value if value is not None else ""

@@ -31,7 +31,16 @@ from proxy.ir.request import (
     ToolResultPart,
 )
 from proxy.ir.request import Reasoning as ReasoningConfig
-from proxy.protocols.validation import expect, get, get_str_or_list, join, one_of, split_data_url
+from proxy.protocols.validation import (
+    expect,
+    get,
+    get_objects,
+    get_str_or_list,
+    get_text,
+    join,
+    one_of,
+    split_data_url,
+)
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +95,7 @@ def decode(body: dict[str, Any]) -> Request:
         decoded = _decode_tool(tool, join("tools", i))
         if decoded is not None:
             req.tools.append(decoded)
-    for i, fn in enumerate(body.get("functions") or []):  # legacy function calling
+    for i, fn in enumerate(get_objects(body, "functions", "")):  # legacy function calling
         req.tools.append(Tool(name=get(fn, "name", str, join("functions", i), required=True),
                               description=fn.get("description"), parameters=fn.get("parameters")))
     req.tool_choice = _decode_tool_choice(body.get("tool_choice", body.get("function_call")))
@@ -163,10 +172,12 @@ def _decode_content(content: Any, path: str, allow_refusal: bool = False) -> lis
             parts.append(AudioPart(data=str(audio.get("data", "")), format=str(audio.get("format", "wav"))))
         elif ptype == "file":
             file = get(part, "file", dict, ppath, required=True)
-            inline = split_data_url(file.get("file_data") or "")
-            parts.append(FilePart(data=inline[1] if inline else file.get("file_data"),
+            file_data = get_text(file, "file_data", join(ppath, "file"))
+            inline = split_data_url(file_data)
+            parts.append(FilePart(data=inline[1] if inline else file_data or None,
                                   media_type=inline[0] if inline else None,
-                                  filename=file.get("filename"), file_id=file.get("file_id")))
+                                  filename=get(file, "filename", str, join(ppath, "file")),
+                                  file_id=get(file, "file_id", str, join(ppath, "file"))))
         elif ptype == "refusal" and allow_refusal:
             parts.append(RefusalPart(str(part.get("refusal") or "")))
         else:
@@ -198,7 +209,8 @@ def _decode_tool(tool: dict[str, Any], path: str) -> Tool | None:
     if ttype == "custom":
         custom = get(tool, "custom", dict, path, required=True)
         return Tool(name=get(custom, "name", str, join(path, "custom"), required=True),
-                    description=custom.get("description"), kind="custom", format=custom.get("format"))
+                    description=get(custom, "description", str, join(path, "custom")), kind="custom",
+                    format=get(custom, "format", dict, join(path, "custom")))
     log.info("dropping chat tool of unsupported type %r at %s", ttype, path)
     return None
 

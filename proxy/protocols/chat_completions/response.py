@@ -66,8 +66,10 @@ def _int(value: Any) -> int:
 def usage_from_chat(raw: Any) -> Usage | None:
     if not isinstance(raw, dict):
         return None
-    prompt = raw.get("prompt_tokens_details") or {}
-    completion = raw.get("completion_tokens_details") or {}
+    prompt = raw.get("prompt_tokens_details")
+    prompt = prompt if isinstance(prompt, dict) else {}
+    completion = raw.get("completion_tokens_details")
+    completion = completion if isinstance(completion, dict) else {}
     return Usage(
         input_tokens=_int(raw.get("prompt_tokens")),
         output_tokens=_int(raw.get("completion_tokens")),

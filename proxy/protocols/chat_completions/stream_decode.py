@@ -80,17 +80,18 @@ class ChatStreamDecoder:
             self._start(chunk, out)
             return self._fail_with(out, embedded_error(chunk) or ErrorInfo("api_error", "upstream error", 500))
         self._start(chunk, out)
-        choices = chunk.get("choices")
-        if isinstance(choices, list):
-            for choice in choices:
-                if isinstance(choice, dict) and choice.get("index", 0) == 0:
-                    self._choice(choice, out)
+        # Usage first: when it rides on the finishing chunk, it must come before the Finish.
         usage = usage_from_chat(chunk.get("usage"))
         if usage is not None:
             self._usage_seen = True
             out.append(UsageUpdate(usage))
-            if self._finish is not None:
-                self._end(out)
+        choices = chunk.get("choices")
+        if isinstance(choices, list):
+            for choice in choices:
+                if isinstance(choice, dict) and choice.get("index", 0) == 0 and not self._done:
+                    self._choice(choice, out)
+        if usage is not None and self._finish is not None and not self._done:
+            self._end(out)
         return out
 
     def close(self) -> list[Event]:
@@ -157,11 +158,13 @@ class ChatStreamDecoder:
             tool.id = str(entry["id"])
         if entry.get("type") == "custom" or isinstance(entry.get("custom"), dict):
             tool.kind = "custom"
-            body = entry.get("custom") or {}
-            name, fragment = body.get("name"), body.get("input")
+            body = entry.get("custom")
+            key = "input"
         else:
-            body = entry.get("function") or {}
-            name, fragment = body.get("name"), body.get("arguments")
+            body = entry.get("function")
+            key = "arguments"
+        body = body if isinstance(body, dict) else {}
+        name, fragment = body.get("name"), body.get(key)
         if name and not tool.name:
             tool.name = str(name)
         if fragment is None:

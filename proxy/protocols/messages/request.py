@@ -98,7 +98,7 @@ def decode(body: dict[str, Any], count_tokens: bool = False) -> Request:
     choice = body.get("tool_choice")
     if choice is not None:
         req.tool_choice, req.parallel_tool_calls = _decode_tool_choice(choice)
-    req.max_tokens = body.get("max_tokens")
+    req.max_tokens = get(body, "max_tokens", int, "")
     req.temperature = get(body, "temperature", float, "")
     req.top_p = get(body, "top_p", float, "")
     req.top_k = get(body, "top_k", int, "")
@@ -106,8 +106,9 @@ def decode(body: dict[str, Any], count_tokens: bool = False) -> Request:
     metadata = body.get("metadata")
     if isinstance(metadata, dict) and isinstance(metadata.get("user_id"), str):
         req.user = metadata["user_id"]
-    req.reasoning = _decode_reasoning(body.get("thinking"), body.get("output_config"))
-    output_format = (body.get("output_config") or {}).get("format")
+    output_config = get(body, "output_config", dict, "") or {}
+    req.reasoning = _decode_reasoning(body.get("thinking"), output_config)
+    output_format = output_config.get("format")
     if isinstance(output_format, dict) and output_format.get("type") == "json_schema":
         req.response_format = ResponseFormat("json_schema", name="output", schema=output_format.get("schema"))
     dropped = sorted(k for k in body if k in ("context_management", "container", "mcp_servers", "service_tier",

@@ -40,7 +40,7 @@ from proxy.ir.request import (
     ToolChoice,
     ToolResultPart,
 )
-from proxy.protocols.validation import expect, get, join, one_of, split_data_url
+from proxy.protocols.validation import expect, get, get_objects, get_text, join, one_of, split_data_url
 
 log = logging.getLogger(__name__)
 
@@ -153,10 +153,10 @@ def _assistant_parts(item: dict[str, Any], itype: str, path: str) -> list[Part]:
         return [ToolCallPart(id=item["call_id"], name=item["name"], arguments=str(item.get("input") or ""),
                              kind="custom", item_id=item.get("id"))]
     if itype == "reasoning":
-        raw = [p.get("text", "") for p in item.get("content") or [] if isinstance(p, dict)]
-        summary = [p.get("text", "") for p in item.get("summary") or [] if isinstance(p, dict)]
-        return [ReasoningPart(text="\n\n".join(raw or summary), encrypted=item.get("encrypted_content"),
-                              id=item.get("id"))]
+        raw = [get_text(p, "text", join(path, "content")) for p in get_objects(item, "content", path)]
+        summary = [get_text(p, "text", join(path, "summary")) for p in get_objects(item, "summary", path)]
+        encrypted = get(item, "encrypted_content", str, path)
+        return [ReasoningPart(text="\n\n".join(raw or summary), encrypted=encrypted, id=get(item, "id", str, path))]
     content = item.get("content")
     return list(_content(content, join(path, "content"), assistant=True))
 
@@ -201,6 +201,8 @@ def _output(output: Any, path: str) -> list[ContentPart]:
     """A tool's output: a string, or input_text / input_image / input_file parts."""
     if isinstance(output, str):
         return [TextPart(output)]
+    if output is not None and not isinstance(output, list):
+        raise invalid(join(path, "output"), "must be a string or an array of content parts")
     parts: list[ContentPart] = []
     for j, part in enumerate(output or []):
         if isinstance(part, dict):
@@ -216,8 +218,8 @@ def _decode_tool(tool: dict[str, Any], path: str) -> Tool | None:
         return Tool(name=get(tool, "name", str, path, required=True), description=tool.get("description"),
                     parameters=tool.get("parameters"), strict=tool.get("strict"))
     if ttype == "custom":
-        return Tool(name=get(tool, "name", str, path, required=True), description=tool.get("description"),
-                    kind="custom", format=tool.get("format"))
+        return Tool(name=get(tool, "name", str, path, required=True), description=get(tool, "description", str, path),
+                    kind="custom", format=get(tool, "format", dict, path))
     # Hosted tools (web_search, file_search, code_interpreter, image_generation, mcp, …) run inside
     # OpenAI; a Chat Completions upstream cannot run them, so the model simply does not get them.
     log.info("responses request: leaving out hosted tool %r the upstream cannot run", ttype)

@@ -1,0 +1,232 @@
+"""Property-based fuzzing (hypothesis) of the request decoders and the stream decoder: any input gives
+either a valid result or a clean protocol error — never an unhandled exception, never a malformed
+event stream, and whatever the decoder accepts, every client encoder can encode."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from proxy.config import Account, ReasoningOptions, Upstream
+from proxy.errors import ProxyError
+from proxy.ir.events import Failure, Start
+from proxy.ir.fold import check_well_formed
+from proxy.ir.request import Request
+from proxy.ir.tokens import estimate_input_tokens
+from proxy.protocols.chat_completions import request as chat_request
+from proxy.protocols.chat_completions import upstream_request
+from proxy.protocols.chat_completions.passthrough import ChatPassthroughStream
+from proxy.protocols.chat_completions.stream_decode import ChatStreamDecoder
+from proxy.protocols.chat_completions.stream_encode import ChatStreamEncoder
+from proxy.protocols.messages import request as messages_request
+from proxy.protocols.messages.stream_encode import MessagesStreamEncoder
+from proxy.protocols.responses import request as responses_request
+from proxy.protocols.responses.stream_encode import ResponsesStreamEncoder
+from proxy.sse import SSEParser
+
+FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+# Field names the decoders look at, so generated documents reach deep code paths, not just the top.
+KEYS = ["model", "messages", "role", "content", "type", "text", "tool_calls", "id", "function", "name", "arguments",
+        "tools", "tool_choice", "stream", "max_tokens", "system", "input", "tool_use_id", "tool_call_id", "image_url",
+        "url", "source", "data", "media_type", "thinking", "signature", "input_schema", "parameters", "call_id",
+        "output", "instructions", "reasoning", "effort", "summary", "format", "stop", "stop_sequences", "metadata",
+        "is_error", "custom", "detail", "file", "file_data", "index", "delta", "choices", "finish_reason", "usage",
+        "reasoning_content", "error", "message", "code", "budget_tokens", "disable_parallel_tool_use", "max_output_tokens"]
+VALUES = ["user", "assistant", "system", "developer", "tool", "function", "text", "image", "image_url", "tool_use",
+          "tool_result", "thinking", "redacted_thinking", "document", "input_text", "output_text", "input_image",
+          "input_file", "message", "function_call", "function_call_output", "custom_tool_call", "reasoning",
+          "item_reference", "auto", "any", "none", "required", "json_schema", "base64", "url", "custom", "stop",
+          "tool_calls", "length", "data:image/png;base64,iVBOR", "m", "", "\u2028", "{}", "{\"a\": 1}"]
+
+scalars = st.one_of(st.none(), st.booleans(), st.integers(-5, 10**6), st.floats(allow_nan=False),
+                    st.sampled_from(VALUES), st.text(max_size=8))
+json_values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=4),
+                            st.dictionaries(st.sampled_from(KEYS), inner, max_size=6)),
+    max_leaves=40,
+)
+documents = st.dictionaries(st.sampled_from(KEYS), json_values, max_size=8)
+
+
+def maybe(strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """Usually (nine times in ten) the right kind of value, otherwise any JSON at all: mostly-valid
+    documents get past the top-level checks and into the deep paths, where the bugs hide."""
+    return st.integers(0, 9).flatmap(lambda n: json_values if n == 0 else strategy)
+
+
+def obj(required: dict[str, st.SearchStrategy[Any]], optional: dict[str, st.SearchStrategy[Any]]) -> Any:
+    """A JSON object shaped like a protocol's: required fields always there (maybe wrong), others maybe."""
+    return st.fixed_dictionaries(required, optional=optional).map(dict)
+
+
+text = st.text(max_size=12)
+
+
+def some(strategy: st.SearchStrategy[Any], most: int = 4) -> st.SearchStrategy[list[Any]]:
+    return st.lists(strategy, min_size=1, max_size=most)
+
+
+def blocks_or_text(block: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """Content: usually a list of blocks (where the structure is), sometimes a plain string."""
+    return st.integers(0, 3).flatmap(lambda n: text if n == 0 else some(block))
+ids = st.sampled_from(["call_1", "call_2", "toolu_1", "fc_1", "x y", ""])
+anything = json_values
+
+anthropic_block = obj({"type": maybe(st.sampled_from(["text", "image", "document", "thinking", "redacted_thinking",
+                                                "tool_use", "tool_result", "server_tool_use", "search_result"]))},
+                      {"text": maybe(text), "thinking": maybe(text), "signature": maybe(text), "data": maybe(text),
+                       "id": maybe(ids), "name": maybe(text), "input": anything, "tool_use_id": maybe(ids),
+                       "is_error": maybe(st.booleans()), "cache_control": anything,
+                       "content": maybe(st.one_of(text, st.lists(anything, max_size=3))),
+                       "source": maybe(obj({"type": st.sampled_from(["base64", "url", "file", "text", "content"])},
+                                           {"data": maybe(text), "url": maybe(text), "media_type": maybe(text),
+                                            "content": anything}))})
+anthropic_body = obj({"model": maybe(text), "max_tokens": maybe(st.integers(1, 10**5)),
+                      "messages": maybe(some(obj({"role": maybe(st.sampled_from(["user", "assistant", "system"])),
+                                                  "content": maybe(blocks_or_text(anthropic_block))}, {})))},
+                     {"system": maybe(st.one_of(text, st.lists(anthropic_block, max_size=2))),
+                      "tools": maybe(st.lists(obj({"name": maybe(text)}, {"input_schema": anything,
+                                                                           "type": maybe(text)}), max_size=3)),
+                      "tool_choice": maybe(obj({"type": maybe(st.sampled_from(["auto", "any", "tool", "none"]))},
+                                               {"name": maybe(text)})),
+                      "thinking": anything, "stop_sequences": anything, "metadata": anything,
+                      "temperature": anything, "stream": anything, "output_config": anything})
+
+chat_part = obj({"type": maybe(st.sampled_from(["text", "image_url", "input_audio", "file", "refusal"]))},
+                {"text": maybe(text), "image_url": anything, "input_audio": anything, "file": anything})
+chat_message = obj({"role": maybe(st.sampled_from(["system", "developer", "user", "assistant", "tool", "function"]))},
+                   {"content": maybe(blocks_or_text(chat_part)), "name": anything,
+                    "tool_call_id": maybe(ids), "reasoning_content": anything,
+                    "tool_calls": maybe(st.lists(obj({"id": maybe(ids)}, {"type": anything, "function": maybe(
+                        obj({"name": maybe(text)}, {"arguments": anything})), "custom": anything}), max_size=2))})
+chat_body = obj({"model": maybe(text), "messages": maybe(some(chat_message, 5))},
+                {"tools": maybe(st.lists(obj({"type": maybe(st.sampled_from(["function", "custom"]))},
+                                             {"function": anything, "custom": anything}), max_size=2)),
+                 "tool_choice": anything, "response_format": anything, "stop": anything, "max_tokens": anything,
+                 "functions": anything, "function_call": anything, "stream_options": anything})
+
+responses_item = obj({"type": maybe(st.sampled_from(["message", "function_call", "function_call_output", "reasoning",
+                                                     "custom_tool_call", "custom_tool_call_output", "web_search_call"]))},
+                     {"role": maybe(st.sampled_from(["user", "assistant", "system", "developer"])),
+                      "content": maybe(blocks_or_text(obj({"type": maybe(st.sampled_from(
+                          ["input_text", "output_text", "input_image", "input_file", "refusal"]))},
+                          {"text": anything, "image_url": anything, "file_data": anything}))),
+                      "call_id": maybe(ids), "name": maybe(text), "arguments": anything, "output": anything,
+                      "summary": anything, "input": anything, "encrypted_content": anything})
+responses_body = obj({"model": maybe(text), "input": maybe(blocks_or_text(responses_item))},
+                     {"instructions": anything, "tools": maybe(st.lists(obj({"type": maybe(st.sampled_from(
+                         ["function", "custom", "web_search"]))}, {"name": maybe(text), "parameters": anything,
+                                                                 "format": anything}), max_size=3)),
+                      "tool_choice": anything, "reasoning": anything, "text": anything, "max_output_tokens": anything})
+
+
+UPSTREAMS = [
+    Upstream(name="u", protocol="openai", base_url="http://u/v1", accounts=(Account("a", "k"),)),
+    *(Upstream(name="d", protocol="openai", base_url="http://u/v1", accounts=(Account("a", "k"),),
+               reasoning=ReasoningOptions(passback=True, control=control), max_output_tokens=100)
+      for control in ("reasoning_effort", "deepseek", "qwen", "openrouter")),
+]
+
+
+def decodes_or_refuses_cleanly(decode: Any, doc: dict[str, Any]) -> Request | None:
+    """Either a 400 that says why, or a request every later step handles: the upstream body in each
+    dialect (which must be JSON) and the token estimate."""
+    try:
+        req: Request = decode(doc)
+    except ProxyError as err:
+        assert err.info.status == 400 and err.info.message
+        return None
+    for upstream in UPSTREAMS:
+        json.dumps(upstream_request.encode(req, "m", upstream))
+    assert estimate_input_tokens(req) > 0
+    return req
+
+
+@FUZZ
+@given(st.one_of(chat_body, chat_body, chat_body, documents))
+def test_chat_request_decoder(doc: dict[str, Any]) -> None:
+    try:
+        chat_request.validate(doc)
+    except ProxyError as err:
+        assert err.info.status == 400
+    decodes_or_refuses_cleanly(chat_request.decode, doc)
+
+
+@FUZZ
+@given(st.one_of(anthropic_body, anthropic_body, anthropic_body, documents))
+def test_messages_request_decoder(doc: dict[str, Any]) -> None:
+    decodes_or_refuses_cleanly(messages_request.decode, doc)
+    decodes_or_refuses_cleanly(lambda d: messages_request.decode(d, count_tokens=True), doc)
+
+
+@FUZZ
+@given(st.one_of(responses_body, responses_body, responses_body, documents))
+def test_responses_request_decoder(doc: dict[str, Any]) -> None:
+    items = doc.get("input") if isinstance(doc.get("input"), list) else []
+    items = [i for i in items if isinstance(i, dict)]
+    decodes_or_refuses_cleanly(lambda d: responses_request.decode(d, items), doc)
+
+
+tool_delta = obj({}, {"index": maybe(st.integers(0, 3)), "id": maybe(ids), "type": maybe(st.just("function")),
+                     "function": maybe(obj({}, {"name": maybe(text), "arguments": maybe(st.sampled_from(
+                         ['{"a"', ': 1}', '{}', '', '"x"']))}))})
+chunk_shape = obj({"choices": maybe(some(obj({}, {
+    "index": maybe(st.integers(0, 1)),
+    "delta": maybe(obj({}, {"role": maybe(st.just("assistant")), "content": maybe(text),
+                            "reasoning_content": maybe(text), "refusal": maybe(text),
+                            "tool_calls": maybe(some(tool_delta, 3))})),
+    "finish_reason": maybe(st.sampled_from(["stop", "length", "tool_calls", "content_filter", "", None])),
+    "stop_reason": anything,
+}), 2))}, {"id": maybe(text), "object": anything, "model": anything, "created": anything,
+           "usage": maybe(obj({}, {"prompt_tokens": maybe(st.integers(0, 9)), "completion_tokens": anything,
+                                   "prompt_tokens_details": anything})), "error": anything})
+chunks = st.one_of(chunk_shape, chunk_shape, st.dictionaries(st.sampled_from(KEYS), json_values, max_size=6)).map(
+    lambda d: ("data: " + json.dumps(d) + "\n\n").encode())
+raw_lines = st.one_of(
+    chunks,
+    st.sampled_from([b"data: [DONE]\n\n", b": ping\n\n", b"\n", b"data: \n\n", b"data: {broken\n\n", b"\r\n",
+                     b"event: x\n", b"data: [1, 2]\n\n", b"data: \"s\"\n\n", b"data: {\"error\": 5}\n\n"]),
+    st.binary(max_size=30),
+)
+streams = st.lists(raw_lines, max_size=25).map(b"".join)
+
+
+@FUZZ
+@given(streams, st.integers(min_value=1, max_value=64))
+def test_chat_stream_decoder_and_every_client_encoder(data: bytes, step: int) -> None:
+    decoder = ChatStreamDecoder(expect_usage=True)
+    parser = SSEParser()
+    events = []
+    for i in range(0, len(data), step):
+        for sse in parser.feed(data[i:i + step]):
+            events += decoder.feed(sse)
+    for sse in parser.flush():
+        events += decoder.feed(sse)
+    events += decoder.close()
+    check_well_formed(events)  # always Start … Finish, or a lone Failure
+    assert isinstance(events[0], Start | Failure)
+    body = {"model": "m", "input": "x", "tools": []}
+    for encoder in (ChatStreamEncoder("m", True), MessagesStreamEncoder("m", 10),
+                    ResponsesStreamEncoder(body, "m", set(), include_encrypted=False)):
+        frames = [f for ev in events for f in encoder.encode(ev)]
+        assert encoder.done  # the client always gets its protocol's ending
+        assert frames and all(f.endswith(b"\n\n") for f in frames)
+
+
+@FUZZ
+@given(streams)
+def test_chat_passthrough_always_terminates(data: bytes) -> None:
+    relay = ChatPassthroughStream("m", client_wants_usage=True)
+    parser = SSEParser()
+    frames = [f for sse in parser.feed(data) + parser.flush() for f in relay.feed(sse)] + relay.close()
+    assert relay.done and frames[-1] == b"data: [DONE]\n\n"
+    for frame in frames[:-1]:
+        payload = json.loads(frame[6:])  # every frame a client receives is JSON
+        assert isinstance(payload, dict)
+        if "error" not in payload:
+            assert payload["object"] == "chat.completion.chunk" and payload["model"] == "m"
