@@ -13,6 +13,7 @@ defeat that. The app itself is imported by each worker (`preload_app` stays off)
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import sys
@@ -30,6 +31,29 @@ def _raise_fd_limit(worker: Any) -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
         except (ValueError, OSError):
             worker.log.warning("could not raise the open-file limit above %d", soft)
+
+
+def _write_json_http_error(sock: Any, status_int: int, reason: str, mesg: str) -> None:
+    """gunicorn's answer to a request it cannot parse (a bad header line, a duplicate Host, an
+    oversized request line), as JSON instead of its HTML page. The path is unknown at that point,
+    so the body carries both clients' fields: OpenAI SDKs read `error.message`, Anthropic SDKs
+    `type` and `error.type`."""
+    from gunicorn import util
+
+    detail = f"{reason}: {mesg}" if mesg else reason
+    body = json.dumps({"type": "error", "error": {
+        "type": "invalid_request_error", "message": f"The HTTP request could not be parsed ({detail}).",
+        "param": None, "code": "bad_http_request"}}).encode()
+    head = (f"HTTP/1.1 {status_int} {reason}\r\nConnection: close\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode("latin-1")
+    util.write_nonblock(sock, head + body)
+
+
+def _prepare_worker(worker: Any) -> None:
+    _raise_fd_limit(worker)
+    from gunicorn import util
+
+    util.write_error = _write_json_http_error  # the base worker calls util.write_error by module lookup
 
 
 def _check_config(server: Any) -> None:
@@ -59,7 +83,7 @@ def settings(bind: str | None = None, workers: int | None = None) -> dict[str, A
     return {
         "bind": [bind or env.get("LLM_PROXY_BIND", "127.0.0.1:8080")],
         "workers": workers or int(env.get("LLM_PROXY_WORKERS", "1")),
-        "worker_class": "gevent",
+        "worker_class": "proxy.worker.ProxyGeventWorker",
         "worker_connections": int(env.get("LLM_PROXY_WORKER_CONNECTIONS", "4096")),
         "timeout": int(env.get("LLM_PROXY_WORKER_TIMEOUT", "60")),
         "graceful_timeout": int(env.get("LLM_PROXY_GRACEFUL_TIMEOUT", "60")),
@@ -70,6 +94,6 @@ def settings(bind: str | None = None, workers: int | None = None) -> dict[str, A
         "errorlog": "-",
         "loglevel": env.get("LLM_PROXY_GUNICORN_LOG_LEVEL", "info"),
         "on_starting": _check_config,
-        "post_worker_init": _raise_fd_limit,
+        "post_worker_init": _prepare_worker,
         "worker_exit": _flush_pool_state,
     }

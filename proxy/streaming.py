@@ -12,7 +12,9 @@ Owns the life of one streamed response (DESIGN.md §2):
   so an upstream that fails on its very first event can still be retried or answered with an
   HTTP error status;
 - `close()` (called by the WSGI server however the response ends) stops both greenlets, closes
-  the upstream response and reports the outcome exactly once.
+  the upstream response and reports the outcome exactly once;
+- `end_all_streams()` ends every live stream with the in-band error, for a shutdown whose
+  graceful period is running out (proxy/worker.py).
 Translation itself lives behind the `StreamRelay` it is given.
 """
 
@@ -22,6 +24,7 @@ import contextlib
 import logging
 import socket
 import time
+import weakref
 from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
@@ -40,6 +43,19 @@ log = logging.getLogger(__name__)
 READ_SIZE = 16384
 _EOF = object()
 _CLIENT_GONE = object()
+_LIVE: weakref.WeakSet[StreamingBody] = weakref.WeakSet()  # streams of this worker not yet closed
+
+
+def end_all_streams(info: ErrorInfo) -> int:
+    """End every live stream with `info` as its in-band error and the protocol's terminator.
+    A stream whose queue is full is blocked writing to a slow client and is left alone.
+    Returns how many streams were told."""
+    told = 0
+    for body in list(_LIVE):
+        with contextlib.suppress(Full):
+            body._queue.put_nowait(info)
+            told += 1
+    return told
 
 
 class ClientGone(BaseException):
@@ -120,6 +136,7 @@ class StreamingBody:
         self._reader = gevent.spawn(self._read_upstream)
         self._watcher = gevent.spawn(self._watch_client, client_socket) if client_socket is not None else None
         self._frames = self._run()
+        _LIVE.add(self)
 
     # ------------------------------------------------------------ WSGI iterable
 
@@ -145,6 +162,7 @@ class StreamingBody:
         if self._on_close is None:
             return
         on_close, self._on_close = self._on_close, None
+        _LIVE.discard(self)
         self._frames.close()
         if self._watcher is not None:
             self._watcher.kill(block=False)
