@@ -8,6 +8,7 @@ accept queue until the server is up: no readiness polling, no sleeps.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -22,6 +23,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from tests import audit
 
 ROOT = Path(__file__).resolve().parent.parent
 CLIENT_KEY = "sk-client-test"
@@ -94,6 +97,9 @@ class ProxyServer:
         return self.log_path.read_text(errors="replace")
 
 
+_proxy_numbers = itertools.count()
+
+
 def start_proxy(config: dict[str, Any], tmp: Path, extra_env: dict[str, str] | None = None,
                 workers: int = 1) -> ProxyServer:
     config.setdefault("state_path", str(tmp / "state.db"))
@@ -101,7 +107,9 @@ def start_proxy(config: dict[str, Any], tmp: Path, extra_env: dict[str, str] | N
     path.write_text(yaml.safe_dump(config))
     sock = listening_socket()
     port = sock.getsockname()[1]
-    log_path = tmp / "proxy.log"
+    log_path = tmp / f"proxy-{next(_proxy_numbers)}.log"  # a restart in the same folder keeps the old log
+    audit.register((a.get("api_key", "") for u in config.get("upstreams", []) for a in u.get("accounts", [])),
+                   log_path)
     env = {**os.environ, "LLM_PROXY_CONFIG": str(path), "LLM_PROXY_WORKERS": str(workers), **(extra_env or {})}
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
@@ -111,6 +119,16 @@ def start_proxy(config: dict[str, Any], tmp: Path, extra_env: dict[str, str] | N
         )
     sock.close()
     return ProxyServer(url=f"http://127.0.0.1:{port}", process=proc, log_path=log_path)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def secret_audit() -> Iterator[None]:
+    """Fails the session if any configured upstream key reached a test client or a proxy log."""
+    untap = audit.tap_httpx()
+    yield
+    untap()
+    audit.scan_logs()
+    assert not audit.leaks, "upstream keys escaped:\n" + "\n".join(sorted(set(audit.leaks)))
 
 
 def stop_proxy(server: ProxyServer) -> None:

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from tests import audit
+
 
 @dataclass
 class RawResponse:
@@ -67,7 +69,7 @@ def request(base: str, method: str, path: str, body: bytes | dict[str, Any] | No
         all_headers["Content-Length"] = str(len(body))
     lines += [f"{k}: {v}" for k, v in all_headers.items()]
     sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b""))
-    reader = sock.makefile("rb")
+    reader = audit.TappedReader(sock.makefile("rb"), f"{method} {path}")
     status_line = reader.readline()
     status = int(status_line.split()[1])
     resp_headers: dict[str, str] = {}

@@ -182,3 +182,28 @@ def test_upstream_without_an_answer_is_504(broken_proxy: ProxyServer, stream: bo
     log = broken_proxy.log()
     for key in (*UPSTREAM_KEYS, CLIENT_KEY):
         assert key not in log
+
+
+MALFORMED_REQUESTS = {
+    "duplicate_host": (b"POST /v1/chat/completions HTTP/1.1\r\nHost: a\r\nHost: evil.example\r\n"
+                       b"Content-Length: 2\r\n\r\n{}", 400),
+    "header_without_colon": (b"GET /v1/models HTTP/1.1\r\nHost: a\r\nthis is not a header\r\n\r\n", 400),
+    "request_line_too_long": (b"GET /" + b"a" * 5000 + b" HTTP/1.1\r\nHost: a\r\n\r\n", 414),
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED_REQUESTS))
+def test_requests_the_http_server_cannot_parse_get_json_both_sdks_read(proxy: ProxyServer, case: str) -> None:
+    raw, status = MALFORMED_REQUESTS[case]
+    host, port = proxy.url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(raw)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.split(b" ")[1] == str(status).encode()
+    assert b"Content-Type: application/json" in head
+    parsed = json.loads(body)
+    assert parsed["type"] == "error" and parsed["error"]["type"] == "invalid_request_error"
+    assert parsed["error"]["message"].startswith("The HTTP request could not be parsed")

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests import audit
 from tests.conftest import CLIENT_KEY, DemoUpstream, ProxyServer, start_proxy, stop_proxy
 from tests.wire import request
 
@@ -51,6 +52,7 @@ def pool_proxy(demo_upstream: DemoUpstream, tmp_path_factory: pytest.TempPathFac
 
 
 def admin(proxy: ProxyServer, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
+    audit.register([str((body or {}).get("api_key") or "")])  # keys added at runtime must not leak either
     resp = request(proxy.url, method, path, body, {"Authorization": f"Bearer {ADMIN_KEY}"})
     out = resp.status, resp.json()
     resp.close()
