@@ -6,7 +6,8 @@ Starts the demo upstream and the proxy (gunicorn + gevent, three accounts) the w
 Client threads send a mix over all three protocols, streaming and not: plain answers, tool calls,
 upstream 500s, errors mid-stream, connections dropped mid-stream, and clients that hang up after
 the first event. Meanwhile a fault thread makes one account at a time answer 429 (Retry-After 2 s)
-or 401 for a while, and re-enables the 401 one through the admin API, so the pool keeps rotating.
+or 401 for a period, then clears it and re-enables the account through the admin API, so the pool
+keeps rotating.
 
 Every answer is checked the way its SDK would read it: a plain request must succeed (an account
 could always serve it), a failed one must be a protocol-shaped error or an in-band error with the
@@ -120,22 +121,23 @@ def client_loop(url: str, stats: Stats, stop: threading.Event, seed: int) -> Non
 
 
 def fault_loop(demo: Any, url: str, stop: threading.Event, period: float) -> None:
-    """One account at a time answers 429 or 401; the 401 one is re-enabled by an operator later."""
+    """One account at a time answers 429 (and cools) or 401 (and is disabled); each period the
+    last fault is cleared and the account put back, as an operator would. Two accounts are always
+    healthy, so every plain request can be served: a 503 for one is an error."""
     rng = random.Random(7)
     while not stop.wait(period):
-        key = rng.choice(KEYS)
-        if rng.random() < 0.5:
-            demo.control("/_demo/keys", body={key: {"status": 429, "headers": {"Retry-After": "2"}, "times": 20}})
-        else:
-            demo.control("/_demo/keys", body={key: {"status": 401, "times": 3}})
-            if stop.wait(period / 2):
-                break
-            idx = KEYS.index(key)
+        demo.control("/_demo/keys", method="DELETE")
+        for idx in range(len(KEYS)):
             with contextlib.suppress(OSError):
                 resp = request(url, "POST", f"/admin/accounts/main/acct-{idx}/enable", None,
                                {"Authorization": f"Bearer {ADMIN_KEY}"})
                 resp.body()
                 resp.close()
+        key = rng.choice(KEYS)
+        if rng.random() < 0.5:
+            demo.control("/_demo/keys", body={key: {"status": 429, "headers": {"Retry-After": "2"}}})
+        else:
+            demo.control("/_demo/keys", body={key: {"status": 401}})
 
 
 def tree_rss_mb(pid: int) -> float:

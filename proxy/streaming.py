@@ -72,16 +72,27 @@ def hangup_aborts(sock: socket.socket | None) -> Iterator[None]:
         yield
         return
     target = gevent.getcurrent()
+    fired = False
 
     def watch() -> None:
+        nonlocal fired
         if hung_up(sock):
+            fired = True
             gevent.kill(target, ClientGone)
 
     watcher = gevent.spawn(watch)
     try:
         yield
     finally:
-        watcher.kill(block=False)
+        # A kill is delivered at this greenlet's next switch. If the watcher fires as the body
+        # finishes, that switch would come later — mid-stream, or in the server's write — and
+        # surface there as an unhandled error. So wait for the watcher to be gone, and take any
+        # kill it sent here; the client has left, and the stream's own watcher or the failed
+        # write will say so where it matters.
+        with contextlib.suppress(ClientGone):
+            watcher.kill(block=True)
+            if fired:
+                gevent.sleep(0)
 
 
 def hung_up(sock: socket.socket) -> bool:
