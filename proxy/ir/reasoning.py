@@ -1,10 +1,17 @@
-"""Signatures the proxy mints for reasoning that came without one.
+"""Reasoning tokens the proxy makes or wraps, and telling them apart from an upstream's own.
 
-Owns telling our own reasoning signatures apart from real ones. An Anthropic client must receive a
-`signature_delta` for every thinking block, but reasoning from an OpenAI-compatible upstream
-(DeepSeek's `reasoning_content`) has no signature. The proxy mints an opaque one with a fixed
-prefix, so that when the client replays the block the proxy recognises it and never sends it to
-a real Anthropic upstream, which would reject it as an invalid signature.
+Owns two things:
+- Minted signatures. An Anthropic client must receive a `signature_delta` for every thinking
+  block, but reasoning from an OpenAI-compatible upstream (DeepSeek's `reasoning_content`) has no
+  signature. The proxy mints an opaque one with a fixed prefix, so that when the client replays
+  the block the proxy recognises it and never sends it to a real Anthropic upstream, which would
+  reject it as an invalid signature.
+- Envelopes, so that opaque reasoning survives a client of another protocol. An Anthropic
+  thinking signature (or redacted_thinking data) travels to a Responses client inside a reasoning
+  item's `encrypted_content`; a Responses `encrypted_content` travels to an Anthropic client as
+  the thinking block's `signature`. When the client sends the item or block back, the envelope is
+  opened and the upstream gets its own token back intact. Envelopes carry the minted prefix too,
+  so one can never reach an upstream that did not make its contents.
 Pure: must not import Flask or requests.
 """
 
@@ -12,8 +19,11 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 
 MINTED_PREFIX = "llmproxy1."
+_ANTHROPIC_IN_RESPONSES = MINTED_PREFIX + "an."  # Anthropic signature inside encrypted_content
+_RESPONSES_IN_ANTHROPIC = MINTED_PREFIX + "rs."  # Responses encrypted_content inside a signature
 
 
 def mint_signature(text: str) -> str:
@@ -23,3 +33,40 @@ def mint_signature(text: str) -> str:
 
 def is_minted(signature: str | None) -> bool:
     return bool(signature) and str(signature).startswith(MINTED_PREFIX)
+
+
+def anthropic_to_encrypted(signature: str | None, redacted: str | None) -> str | None:
+    """An Anthropic thinking signature / redacted data as a Responses `encrypted_content`."""
+    if redacted:
+        payload = {"redacted": redacted}
+    elif signature and not is_minted(signature):
+        payload = {"signature": signature}
+    else:
+        return None
+    return _ANTHROPIC_IN_RESPONSES + base64.urlsafe_b64encode(json.dumps(payload).encode()).decode("ascii")
+
+
+def anthropic_from_encrypted(encrypted: str | None) -> tuple[str | None, str | None] | None:
+    """(signature, redacted) from an `encrypted_content` the proxy made, or None if it did not."""
+    if not encrypted or not encrypted.startswith(_ANTHROPIC_IN_RESPONSES):
+        return None
+    try:
+        payload = json.loads(base64.urlsafe_b64decode(encrypted[len(_ANTHROPIC_IN_RESPONSES):]))
+    except ValueError:
+        return None
+    if not isinstance(payload, dict):
+        return None
+    signature, redacted = payload.get("signature"), payload.get("redacted")
+    return (signature if isinstance(signature, str) else None, redacted if isinstance(redacted, str) else None)
+
+
+def encrypted_to_signature(encrypted: str) -> str:
+    """A Responses `encrypted_content` as an Anthropic thinking signature."""
+    return _RESPONSES_IN_ANTHROPIC + encrypted
+
+
+def encrypted_from_signature(signature: str | None) -> str | None:
+    """The `encrypted_content` inside a signature the proxy made, or None."""
+    if signature and signature.startswith(_RESPONSES_IN_ANTHROPIC):
+        return signature[len(_RESPONSES_IN_ANTHROPIC):]
+    return None

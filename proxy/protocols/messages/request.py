@@ -18,6 +18,7 @@ import logging
 from typing import Any
 
 from proxy.errors import invalid
+from proxy.ir.reasoning import encrypted_from_signature
 from proxy.ir.repair import pair_tool_results
 from proxy.ir.request import (
     ContentPart,
@@ -137,7 +138,7 @@ def _decode_message(msg: dict[str, Any], path: str) -> list[Message]:
                                       name=get(block, "name", str, bpath, required=True),
                                       arguments=json.dumps(block.get("input") or {}, ensure_ascii=False)))
         elif btype == "thinking" and role == "assistant":
-            parts.append(ReasoningPart(text=str(block.get("thinking") or ""), signature=block.get("signature")))
+            parts.append(_thinking_part(block))
         elif btype == "redacted_thinking" and role == "assistant":
             parts.append(ReasoningPart(redacted=str(block.get("data") or "")))
         elif btype in _IGNORED_BLOCKS:
@@ -244,3 +245,14 @@ def _decode_reasoning(thinking: Any, output_config: Any) -> Reasoning | None:
         return Reasoning(enabled=False)
     budget = thinking.get("budget_tokens")
     return Reasoning(enabled=True, effort=effort, budget_tokens=budget if isinstance(budget, int) else None)
+
+
+def _thinking_part(block: dict[str, Any]) -> ReasoningPart:
+    """A thinking block; one whose signature wraps a Responses upstream's encrypted reasoning gets
+    that back as `encrypted` (proxy.ir.reasoning), so it returns to the upstream intact."""
+    text = str(block.get("thinking") or "")
+    signature = block.get("signature") if isinstance(block.get("signature"), str) else None
+    encrypted = encrypted_from_signature(signature)
+    if encrypted is not None:
+        return ReasoningPart(text=text, encrypted=encrypted)
+    return ReasoningPart(text=text, signature=signature)

@@ -15,7 +15,7 @@ import uuid
 from typing import Any
 
 from proxy.ir import response as ir
-from proxy.ir.reasoning import mint_signature
+from proxy.ir.reasoning import encrypted_to_signature, mint_signature
 from proxy.ir.request import OutputPart, ReasoningPart, RefusalPart, TextPart, ToolCallPart
 from proxy.ir.response import Response, Usage
 
@@ -64,7 +64,8 @@ def block(part: OutputPart) -> dict[str, Any]:
     if isinstance(part, ReasoningPart):
         if part.redacted is not None:
             return {"type": "redacted_thinking", "data": part.redacted}
-        return {"type": "thinking", "thinking": part.text, "signature": part.signature or mint_signature(part.text)}
+        signature = part.signature or (encrypted_to_signature(part.encrypted) if part.encrypted else None)
+        return {"type": "thinking", "thinking": part.text, "signature": signature or mint_signature(part.text)}
     if isinstance(part, ToolCallPart):
         return {"type": "tool_use", "id": tool_id(part.id), "name": part.name, "input": tool_input(part.arguments)}
     if isinstance(part, TextPart | RefusalPart):

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.ir.events import BlockStart, BlockStop, Delta, Event, Failure, Finish, Signature, Start, UsageUpdate
-from proxy.ir.reasoning import mint_signature
+from proxy.ir.reasoning import encrypted_to_signature, mint_signature
 from proxy.ir.request import OutputPart, ReasoningPart, ToolCallPart
 from proxy.ir.response import ErrorInfo, Usage
 from proxy.protocols.messages.errors import stream_error_frame
@@ -48,10 +48,12 @@ class MessagesStreamEncoder:
         if isinstance(ev, BlockStop):
             return self._block_stop()
         if isinstance(ev, Signature):
-            if isinstance(self._open, ReasoningPart) and ev.signature:
+            # A Responses upstream's encrypted reasoning travels as the signature (proxy.ir.reasoning).
+            signature = ev.signature or (encrypted_to_signature(ev.encrypted) if ev.encrypted else None)
+            if isinstance(self._open, ReasoningPart) and signature:
                 self._signed = True
                 return [self._event("content_block_delta", index=self._index,
-                                    delta={"type": "signature_delta", "signature": ev.signature})]
+                                    delta={"type": "signature_delta", "signature": signature})]
             return []
         if isinstance(ev, UsageUpdate):
             self._usage.merge(ev.usage)

@@ -21,6 +21,7 @@ import logging
 from typing import Any
 
 from proxy.errors import invalid
+from proxy.ir.reasoning import anthropic_from_encrypted
 from proxy.ir.repair import pair_tool_results
 from proxy.ir.request import (
     AudioPart,
@@ -156,7 +157,11 @@ def _assistant_parts(item: dict[str, Any], itype: str, path: str) -> list[Part]:
         raw = [get_text(p, "text", join(path, "content")) for p in get_objects(item, "content", path)]
         summary = [get_text(p, "text", join(path, "summary")) for p in get_objects(item, "summary", path)]
         encrypted = get(item, "encrypted_content", str, path)
-        return [ReasoningPart(text="\n\n".join(raw or summary), encrypted=encrypted, id=get(item, "id", str, path))]
+        text, item_id = "\n\n".join(raw or summary), get(item, "id", str, path)
+        restored = anthropic_from_encrypted(encrypted)  # an Anthropic signature the proxy wrapped
+        if restored is not None:
+            return [ReasoningPart(text=text, signature=restored[0], redacted=restored[1], id=item_id)]
+        return [ReasoningPart(text=text, encrypted=encrypted, id=item_id)]
     content = item.get("content")
     return list(_content(content, join(path, "content"), assistant=True))
 

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from proxy.ir import response as ir
+from proxy.ir.reasoning import anthropic_to_encrypted
 from proxy.ir.request import OutputPart, ReasoningPart, RefusalPart, TextPart, ToolCallPart
 from proxy.ir.response import ErrorInfo, Response, Usage
 
@@ -102,7 +103,8 @@ def output_items(parts: Iterable[OutputPart], custom_tools: set[str], include_en
             continue
         message = None
         if isinstance(part, ReasoningPart):
-            items.append(reasoning_item(part.id or new_id("rs"), part.text, part.encrypted, include_encrypted))
+            encrypted = part.encrypted or anthropic_to_encrypted(part.signature, part.redacted)
+            items.append(reasoning_item(part.id or new_id("rs"), part.text, encrypted, include_encrypted))
         elif isinstance(part, ToolCallPart):
             custom = part.name in custom_tools
             items.append(call_item(part.item_id or new_id("ctc" if custom else "fc"), part, custom, "completed"))

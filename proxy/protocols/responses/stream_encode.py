@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from proxy.ir.events import BlockStart, BlockStop, Delta, Event, Failure, Finish, Signature, Start, UsageUpdate
+from proxy.ir.reasoning import anthropic_to_encrypted
 from proxy.ir.request import OutputPart, ReasoningPart, RefusalPart, ToolCallPart
 from proxy.ir.response import ErrorInfo, Usage
 from proxy.protocols.chat_completions.errors import error_body
@@ -85,7 +86,8 @@ class ResponsesStreamEncoder:
             return self._close_item()
         if isinstance(ev, Signature):
             if self._open is not None and self._open.kind == "reasoning":
-                self._open.encrypted = ev.encrypted
+                # An Anthropic signature travels inside encrypted_content (proxy.ir.reasoning).
+                self._open.encrypted = ev.encrypted or anthropic_to_encrypted(ev.signature, None)
             return []
         if isinstance(ev, UsageUpdate):
             self._usage.merge(ev.usage)
@@ -155,8 +157,9 @@ class ResponsesStreamEncoder:
             return [self._added(item, call_item(item.id, part, False, "in_progress"))]
         if isinstance(part, ReasoningPart):
             item = _Item(index, part, "reasoning", part.id or new_id("rs"))
+            item.encrypted = part.encrypted or anthropic_to_encrypted(None, part.redacted)
             self._open = item
-            added = reasoning_item(item.id, "", part.encrypted, self._include_encrypted)
+            added = reasoning_item(item.id, "", item.encrypted, self._include_encrypted)
             return [self._added(item, added),
                     self._event("response.reasoning_summary_part.added", item_id=item.id, output_index=index,
                                 summary_index=0, part={"type": "summary_text", "text": ""})]
