@@ -122,7 +122,9 @@ class Relay:
         started = time.monotonic()
         pool = self.pools[upstream.name]
         try:
-            resp = self.client.send(target, side.path, body, stream=True, request_id=ex.request_id)
+            # Client headers travel only to an upstream of the client's own protocol (anthropic-beta, …).
+            headers = ex.headers if same_wire else None
+            resp = self.client.send(target, side.path, body, stream=True, request_id=ex.request_id, headers=headers)
         except UpstreamNetworkError as exc:
             self._log(ex, route, lease, "-", f"{NETWORK_CLASS}:{exc.cause}", NETWORK_ACTION, started)
             lease.release(failure=NETWORK_CLASS)

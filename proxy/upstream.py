@@ -54,8 +54,13 @@ class Target:
 
 def auth_headers(protocol: str, api_key: str) -> dict[str, str]:
     if protocol == "anthropic":
-        return {"x-api-key": api_key, "anthropic-version": ANTHROPIC_VERSION}
+        return {"x-api-key": api_key}
     return {"Authorization": f"Bearer {api_key}"}
+
+
+def protocol_headers(protocol: str) -> dict[str, str]:
+    """Headers an upstream of this protocol requires; a client's own values (passthrough) win."""
+    return {"anthropic-version": ANTHROPIC_VERSION} if protocol == "anthropic" else {}
 
 
 class UpstreamClient:
@@ -86,6 +91,7 @@ class UpstreamClient:
             "Accept": "text/event-stream" if stream else "application/json",
             # Compressed SSE would be held back by the decompressor; plain bytes stream as they come.
             "Accept-Encoding": "identity" if stream else "gzip, deflate",
+            **protocol_headers(target.protocol),
             **target.extra_headers,
             **(headers or {}),
             **auth_headers(target.protocol, target.api_key),

@@ -1,7 +1,8 @@
 """The simulated OpenAI-compatible upstream behind `llm-proxy demo` and the test suite.
 
 Owns the upstream's endpoints — `GET /v1/models`, `POST /v1/chat/completions` executing a
-`scenarios.Plan` — and a control API under `/_demo/` that tests use to see what reached the
+`scenarios.Plan`, and `POST /v1/messages`, the same model behind the Anthropic protocol
+(proxy/demo/faces.py) — and a control API under `/_demo/` that tests use to see what reached the
 upstream and to steer it:
 
   GET  /v1/dashboard/balance             {"data": {"total_available": N}}, N fixed per key
@@ -40,8 +41,12 @@ from typing import Any
 import gevent
 from gevent.event import Event
 
-from proxy.demo import scenarios
+from proxy.demo import faces, scenarios
 from proxy.demo.http import HTTPRequest, PeerGone, Writer
+from proxy.errors import ProxyError, kind_for_status
+from proxy.ir.response import ErrorInfo
+from proxy.protocols.messages import request as messages_request
+from proxy.protocols.messages.errors import error_body as messages_error_body
 
 MODELS = ["demo-model", "demo-reasoner", "gpt-4o-mini", "claude-sonnet-4-6"]
 
@@ -100,6 +105,8 @@ class DemoUpstream:
             return w.response(200, _json({"object": "list", "data": data}))
         if req.method == "POST" and req.path.endswith("/chat/completions"):
             return self._chat(req, w, record, rid)
+        if req.method == "POST" and req.path.endswith("/messages"):
+            return self._messages(w, record, rid)
         return w.response(404, _json(_error(f"demo upstream has no {req.method} {req.path}", code="not_found")))
 
     # ------------------------------------------------------------ completions
@@ -116,6 +123,30 @@ class DemoUpstream:
         w.start_stream()
         try:
             self._run(plan, w, rid)
+        except PeerGone:
+            self.disconnects.setdefault(rid, Event()).set()
+            raise
+
+    def _messages(self, w: Writer, record: dict[str, Any], rid: str) -> None:
+        """The same model behind an Anthropic Messages endpoint (see proxy/demo/faces.py)."""
+        body = record["body"]
+        try:
+            if not isinstance(body, dict):
+                raise ProxyError(400, "body must be a JSON object", "invalid_request")
+            messages_request.validate(body)
+            chat, input_tokens = faces.messages_to_chat(body)
+        except ProxyError as exc:
+            return w.response(exc.info.status, _json(messages_error_body(exc.info)))
+        plan = scenarios.plan(chat)
+        if plan.error is not None:
+            info = ErrorInfo(kind_for_status(plan.status), plan.error["error"]["message"], plan.status)
+            return w.response(plan.status, _json(messages_error_body(info)))
+        model = str(body.get("model") or "demo-model")
+        if not body.get("stream"):
+            return w.response(200, _json(faces.chat_to_message(plan.body or {}, model)))
+        w.start_stream()
+        try:
+            self._run(plan, faces.MessagesStreamWriter(w, model, input_tokens), rid)  # type: ignore[arg-type]
         except PeerGone:
             self.disconnects.setdefault(rid, Event()).set()
             raise

@@ -15,7 +15,9 @@ CLIENTS: dict[str, ClientSide] = {
 }
 UPSTREAMS: dict[str, UpstreamSide] = {
     "openai": chat_completions.UPSTREAM,
+    "anthropic": messages.UPSTREAM,
 }
 SAME_WIRE: dict[str, SameWire] = {
     "openai": chat_completions.SAME_WIRE,
+    "anthropic": messages.SAME_WIRE,
 }
