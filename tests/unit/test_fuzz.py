@@ -22,6 +22,8 @@ from proxy.protocols.chat_completions.passthrough import ChatPassthroughStream
 from proxy.protocols.chat_completions.stream_decode import ChatStreamDecoder
 from proxy.protocols.chat_completions.stream_encode import ChatStreamEncoder
 from proxy.protocols.messages import request as messages_request
+from proxy.protocols.messages.passthrough import MessagesPassthroughStream
+from proxy.protocols.messages.stream_decode import MessagesStreamDecoder
 from proxy.protocols.messages.stream_encode import MessagesStreamEncoder
 from proxy.protocols.responses import request as responses_request
 from proxy.protocols.responses.stream_encode import ResponsesStreamEncoder
@@ -230,3 +232,72 @@ def test_chat_passthrough_always_terminates(data: bytes) -> None:
         assert isinstance(payload, dict)
         if "error" not in payload:
             assert payload["object"] == "chat.completion.chunk" and payload["model"] == "m"
+
+
+# ------------------------------------------------------------ Anthropic upstream streams
+
+anthropic_usage = maybe(obj({}, {"input_tokens": maybe(st.integers(0, 99)), "output_tokens": anything,
+                                 "cache_read_input_tokens": anything, "cache_creation_input_tokens": anything,
+                                 "output_tokens_details": anything}))
+anthropic_block_start = obj({"type": st.just("content_block_start")}, {
+    "index": maybe(st.integers(0, 3)),
+    "content_block": maybe(obj({"type": maybe(st.sampled_from(
+        ["text", "thinking", "redacted_thinking", "tool_use", "server_tool_use", "web_search_tool_result", "x"]))},
+        {"text": anything, "thinking": anything, "signature": anything, "data": anything, "id": maybe(ids),
+         "name": maybe(text), "input": anything}))})
+anthropic_delta = obj({"type": st.just("content_block_delta")}, {
+    "index": maybe(st.integers(0, 3)),
+    "delta": maybe(obj({"type": maybe(st.sampled_from(
+        ["text_delta", "thinking_delta", "signature_delta", "input_json_delta", "citations_delta", "x"]))},
+        {"text": anything, "thinking": anything, "signature": anything,
+         "partial_json": maybe(st.sampled_from(['{"a"', ': 1}', '{}', '', '"x"']))}))})
+anthropic_event = st.one_of(
+    obj({"type": st.just("message_start")}, {"message": maybe(obj({}, {"id": anything, "model": anything,
+                                                                      "usage": anthropic_usage}))}),
+    anthropic_block_start, anthropic_delta, anthropic_delta,
+    obj({"type": st.just("content_block_stop")}, {"index": anything}),
+    obj({"type": st.just("message_delta")}, {"delta": maybe(obj({}, {"stop_reason": maybe(st.sampled_from(
+        ["end_turn", "max_tokens", "tool_use", "stop_sequence", "refusal", "pause_turn", "x"])),
+        "stop_sequence": anything})), "usage": anthropic_usage}),
+    obj({"type": st.just("message_stop")}, {}),
+    obj({"type": st.just("ping")}, {}),
+    obj({"type": st.just("error")}, {"error": maybe(obj({}, {"type": anything, "message": anything}))}),
+)
+anthropic_frames = anthropic_event.map(
+    lambda d: f"event: {d['type']}\ndata: {json.dumps(d)}\n\n".encode())
+anthropic_lines = st.one_of(anthropic_frames, anthropic_frames, anthropic_frames,
+                            st.sampled_from([b"event: ping\n\n", b"data: {broken\n\n", b"\n", b"data: [1]\n\n"]),
+                            st.binary(max_size=30))
+anthropic_streams = st.lists(anthropic_lines, max_size=25).map(b"".join)
+START_FRAME = b'event: message_start\ndata: {"type": "message_start", "message": {"id": "msg_1", "usage": {}}}\n\n'
+
+
+@FUZZ
+@given(st.one_of(anthropic_streams, anthropic_streams.map(lambda s: START_FRAME + s)), st.integers(1, 64))
+def test_anthropic_stream_decoder_and_every_client_encoder(data: bytes, step: int) -> None:
+    decoder = MessagesStreamDecoder()
+    parser = SSEParser()
+    events = []
+    for i in range(0, len(data), step):
+        for sse in parser.feed(data[i:i + step]):
+            events += decoder.feed(sse)
+    for sse in parser.flush():
+        events += decoder.feed(sse)
+    events += decoder.close()
+    check_well_formed(events)
+    body = {"model": "m", "input": "x", "tools": []}
+    for encoder in (ChatStreamEncoder("m", True), MessagesStreamEncoder("m", 10),
+                    ResponsesStreamEncoder(body, "m", set(), include_encrypted=True)):
+        frames = [f for ev in events for f in encoder.encode(ev)]
+        assert encoder.done and frames and all(f.endswith(b"\n\n") for f in frames)
+
+
+@FUZZ
+@given(st.one_of(anthropic_streams, anthropic_streams.map(lambda s: START_FRAME + s)))
+def test_anthropic_passthrough_always_terminates(data: bytes) -> None:
+    relay = MessagesPassthroughStream()
+    parser = SSEParser()
+    frames = [f for sse in parser.feed(data) + parser.flush() for f in relay.feed(sse)] + relay.close()
+    assert relay.done and frames
+    assert frames[-1].startswith((b"event: message_stop\n", b"event: error\n"))
+
