@@ -12,6 +12,7 @@ import uuid
 from typing import Any
 
 from proxy.ir import response as ir
+from proxy.ir.custom_calls import function_arguments
 from proxy.ir.request import ReasoningPart, RefusalPart, TextPart, ToolCallPart
 from proxy.ir.response import Response, Usage
 
@@ -138,7 +139,7 @@ def encode(resp: Response, model: str) -> dict[str, Any]:
         message["reasoning_content"] = reasoning
     if calls:
         message["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": function_arguments(c)}}
             for c in calls
         ]
     body: dict[str, Any] = {

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from proxy.ir.custom_calls import CustomCallsAsFunctions
 from proxy.ir.events import BlockStart, Delta, Event, Failure, Finish, Start, UsageUpdate
 from proxy.ir.request import OutputPart, ReasoningPart, RefusalPart, ToolCallPart
 from proxy.ir.response import ErrorInfo, Usage
@@ -31,8 +32,12 @@ class ChatStreamEncoder:
         self._open: OutputPart | None = None
         self._tool_index = -1
         self._usage = Usage()
+        self._custom = CustomCallsAsFunctions()  # Chat clients get custom calls as functions
 
     def encode(self, ev: Event) -> list[bytes]:
+        return [frame for one in self._custom.feed(ev) for frame in self._encode(one)]
+
+    def _encode(self, ev: Event) -> list[bytes]:
         if self.done:
             return []
         if isinstance(ev, Delta):

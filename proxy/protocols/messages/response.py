@@ -15,6 +15,7 @@ import uuid
 from typing import Any
 
 from proxy.ir import response as ir
+from proxy.ir.custom_calls import function_arguments
 from proxy.ir.reasoning import encrypted_to_signature, mint_signature
 from proxy.ir.request import OutputPart, ReasoningPart, RefusalPart, TextPart, ToolCallPart
 from proxy.ir.response import Response, Usage
@@ -67,7 +68,8 @@ def block(part: OutputPart) -> dict[str, Any]:
         signature = part.signature or (encrypted_to_signature(part.encrypted) if part.encrypted else None)
         return {"type": "thinking", "thinking": part.text, "signature": signature or mint_signature(part.text)}
     if isinstance(part, ToolCallPart):
-        return {"type": "tool_use", "id": tool_id(part.id), "name": part.name, "input": tool_input(part.arguments)}
+        return {"type": "tool_use", "id": tool_id(part.id), "name": part.name,
+                "input": tool_input(function_arguments(part))}
     if isinstance(part, TextPart | RefusalPart):
         return {"type": "text", "text": part.text}
     raise TypeError(f"not an output part: {part!r}")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from proxy.ir.custom_calls import CustomCallsAsFunctions
 from proxy.ir.events import BlockStart, BlockStop, Delta, Event, Failure, Finish, Signature, Start, UsageUpdate
 from proxy.ir.reasoning import encrypted_to_signature, mint_signature
 from proxy.ir.request import OutputPart, ReasoningPart, ToolCallPart
@@ -37,8 +38,12 @@ class MessagesStreamEncoder:
         self._open: OutputPart | None = None
         self._thinking: list[str] = []
         self._signed = False
+        self._custom = CustomCallsAsFunctions()  # Anthropic clients get custom calls as tool_use
 
     def encode(self, ev: Event) -> list[bytes]:
+        return [frame for one in self._custom.feed(ev) for frame in self._encode(one)]
+
+    def _encode(self, ev: Event) -> list[bytes]:
         if self.done:
             return []
         if isinstance(ev, Delta):

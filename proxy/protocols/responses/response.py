@@ -78,10 +78,15 @@ def reasoning_item(item_id: str, text: str, encrypted: str | None, include_encry
     return item
 
 
+def _raw_input(call: ToolCallPart) -> str:
+    """A custom call's raw input: as the upstream made it (Responses), or from the function form."""
+    return call.arguments if call.kind == "custom" else custom_input(call.arguments)
+
+
 def call_item(item_id: str, call: ToolCallPart, custom: bool, status: str) -> dict[str, Any]:
     if custom:
         return {"id": item_id, "type": "custom_tool_call", "status": status, "call_id": call.id,
-                "name": call.name, "input": custom_input(call.arguments) if status == "completed" else ""}
+                "name": call.name, "input": _raw_input(call) if status == "completed" else ""}
     return {"id": item_id, "type": "function_call", "status": status, "call_id": call.id, "name": call.name,
             "arguments": call.arguments if status == "completed" else ""}
 
@@ -106,7 +111,7 @@ def output_items(parts: Iterable[OutputPart], custom_tools: set[str], include_en
             encrypted = part.encrypted or anthropic_to_encrypted(part.signature, part.redacted)
             items.append(reasoning_item(part.id or new_id("rs"), part.text, encrypted, include_encrypted))
         elif isinstance(part, ToolCallPart):
-            custom = part.name in custom_tools
+            custom = part.kind == "custom" or part.name in custom_tools
             items.append(call_item(part.item_id or new_id("ctc" if custom else "fc"), part, custom, "completed"))
     if incomplete:
         for item in reversed(items):

@@ -148,7 +148,7 @@ class ResponsesStreamEncoder:
     def _open_item(self, part: OutputPart) -> list[bytes]:
         index = len(self._output)  # a held message was released by the caller just before
         if isinstance(part, ToolCallPart):
-            custom = part.name in self._custom_tools
+            custom = part.kind == "custom" or part.name in self._custom_tools
             kind = "custom_tool_call" if custom else "function_call"
             item = _Item(index, part, kind, part.item_id or new_id("ctc" if custom else "fc"))
             self._open = item
@@ -208,7 +208,8 @@ class ResponsesStreamEncoder:
         assert isinstance(item.part, ToolCallPart)
         call = ToolCallPart(item.part.id, item.part.name, text, item.part.kind, item.id)
         if item.kind == "custom_tool_call":
-            raw = custom_input(text)
+            assert isinstance(item.part, ToolCallPart)
+            raw = text if item.part.kind == "custom" else custom_input(text)  # native, or the function form
             return [self._added(item, call_item(item.id, call, True, "in_progress")),
                     self._event("response.custom_tool_call_input.delta", **where, delta=raw),
                     self._event("response.custom_tool_call_input.done", **where, input=raw),

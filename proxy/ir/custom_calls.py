@@ -1,0 +1,48 @@
+"""Custom (freeform) tool calls for clients that only know function tools.
+
+Owns one convention, used in both directions: a custom tool — Codex's `apply_patch`, whose input
+is raw text — travels wherever custom tools do not exist as a function taking one string argument,
+`{"input": "…"}`. Chat upstreams receive custom tools that way (chat_completions.upstream_request),
+and Chat and Messages clients receive custom calls that way when an upstream (Responses) made
+one natively: the stream filter below holds a custom call's raw input until the call ends, then
+emits it as that JSON object, so every argument fragment a client sees is valid JSON.
+Pure: must not import Flask or requests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from proxy.ir.events import BlockStart, BlockStop, Delta, Event, Failure
+from proxy.ir.request import ToolCallPart
+
+
+def function_arguments(call: ToolCallPart) -> str:
+    """The call's arguments as function-call JSON."""
+    if call.kind == "custom":
+        return json.dumps({"input": call.arguments}, ensure_ascii=False)
+    return call.arguments
+
+
+class CustomCallsAsFunctions:
+    """An event filter: custom tool calls in, function calls taking `{"input": …}` out."""
+
+    def __init__(self) -> None:
+        self._raw: list[str] | None = None  # the open custom call's input so far
+
+    def feed(self, ev: Event) -> list[Event]:
+        if isinstance(ev, BlockStart) and isinstance(ev.part, ToolCallPart) and ev.part.kind == "custom":
+            self._raw = []
+            return [BlockStart(dataclasses.replace(ev.part, kind="function", arguments=""))]
+        if self._raw is None:
+            return [ev]
+        if isinstance(ev, Delta):
+            self._raw.append(ev.text)
+            return []
+        if isinstance(ev, BlockStop | Failure):
+            raw, self._raw = "".join(self._raw), None
+            if isinstance(ev, Failure):
+                return [ev]
+            return [Delta(json.dumps({"input": raw}, ensure_ascii=False)), ev]
+        return [ev]
