@@ -145,3 +145,10 @@ def data_frame(obj: Any) -> bytes:
 
 def named_frame(event: str, obj: Any) -> bytes:
     return b"event: " + event.encode("ascii") + b"\ndata: " + dumps(obj) + b"\n\n"
+
+
+def event_frame(sse: SSEEvent) -> bytes:
+    """An event as the Anthropic and OpenAI APIs frame it — `event: NAME`, then one `data: ` line
+    per line of data, then a blank line — so a passthrough gives back the bytes it received."""
+    head = f"event: {sse.event}\n".encode() if sse.event is not None else b""
+    return head + b"".join(b"data: " + line + b"\n" for line in sse.data.split(b"\n")) + b"\n"

@@ -3,7 +3,8 @@ items of a stored response.
 
 Thin: parse and check the body, expand the stored conversation (`previous_response_id`,
 `item_reference`), decode, and hand it to the relay with a hook that stores the finished response
-unless the client sent `store: false`.
+unless the client sent `store: false`. When every upstream serving the model speaks Responses
+itself, the body is relayed as it is and the upstream keeps the conversation state.
 """
 
 from __future__ import annotations
@@ -31,6 +32,13 @@ def _store() -> ResponseStore:
 def create() -> Response:
     body = json_body()
     validate(body)
+    relay = current_app.extensions["llm_proxy"].relay
+    routes = relay.router.resolve(body["model"])
+    if routes and all(route.upstream.protocol == "responses" for route in routes):
+        # Passthrough to Responses upstreams: they keep the conversation state themselves.
+        ex = Exchange(protocol="responses", body=body, model=body["model"], stream=bool(body.get("stream")),
+                      request_id=g.request_id, client_socket=client_socket())
+        return relay_response(relay.handle(ex))
     store = _store()
     conversation = expand(body, store)
     keep = body.get("store", True) is not False
@@ -42,7 +50,7 @@ def create() -> Response:
     ex = Exchange(protocol="responses", body=body, model=body["model"], stream=bool(body.get("stream")),
                   request_id=g.request_id, client_socket=client_socket(), ir=decode(body, conversation.items),
                   on_complete=on_complete)
-    return relay_response(current_app.extensions["llm_proxy"].relay.handle(ex))
+    return relay_response(relay.handle(ex))
 
 
 def _stored(response_id: str) -> StoredResponse:

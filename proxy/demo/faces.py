@@ -1,65 +1,157 @@
 """The demo upstream's other faces: the same simulated model behind `POST /v1/messages` (an
-Anthropic-protocol upstream), for trying and testing `protocol: anthropic` upstreams with no key.
+Anthropic-protocol upstream) and `POST /v1/responses` (a Responses-protocol upstream), for trying
+and testing `protocol: anthropic` and `protocol: responses` upstreams with no key.
 
-Owns turning a request of that protocol into the Chat body the scenarios understand, and the
+Owns turning a request of those protocols into the Chat body the scenarios understand, and the
 scenario's Chat chunks into that protocol's stream or whole answer. It reuses the proxy's own
 codecs (request decoder → IR → Chat; Chat chunks → IR → client encoder), which the golden and SDK
-tests check independently. Thinking blocks get a signature of the demo's own ("demo-sig.…"), not
-one the proxy would mint, so a client replaying it looks exactly like one replaying a real
-Anthropic signature — and the proxy must send it back upstream intact.
+tests check independently. Reasoning gets opaque tokens of the demo's own — a thinking signature
+"demo-sig.…", an encrypted_content "demo-enc.…" — never ones the proxy would mint, so a client
+replaying them looks exactly like one replaying a real upstream's, and the proxy must send them
+back intact.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+from collections.abc import Callable
 from typing import Any
 
 from proxy.config import ReasoningOptions, Upstream
 from proxy.ir.events import BlockStart, BlockStop, Delta, Event, Signature
-from proxy.ir.request import ReasoningPart
+from proxy.ir.request import ReasoningPart, Request
+from proxy.ir.response import ErrorInfo, Response
 from proxy.ir.tokens import estimate_input_tokens
+from proxy.protocols import responses as responses_protocol
 from proxy.protocols.chat_completions import response as chat_response
 from proxy.protocols.chat_completions import upstream_request as chat_request
+from proxy.protocols.chat_completions.errors import error_body as openai_error_body
 from proxy.protocols.chat_completions.stream_decode import ChatStreamDecoder
 from proxy.protocols.messages import request as messages_request
 from proxy.protocols.messages import response as messages_response
+from proxy.protocols.messages.errors import error_body as messages_error_body
 from proxy.protocols.messages.stream_encode import MessagesStreamEncoder
+from proxy.protocols.responses import request as responses_request
+from proxy.protocols.responses import response as responses_response
+from proxy.protocols.responses.conversation import input_items
+from proxy.protocols.responses.stream_encode import ResponsesStreamEncoder
 from proxy.sse import SSEParser
+from proxy.transcode import StreamEncoder
 
 _AS_CHAT = Upstream(name="demo", protocol="openai", base_url="", accounts=(),
                     reasoning=ReasoningOptions(control="reasoning_effort"))
 
 
+def _digest(text: str) -> str:
+    return base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()
+
+
 def demo_signature(thinking: str) -> str:
-    return "demo-sig." + base64.b64encode(hashlib.sha256(thinking.encode()).digest()).decode()
+    return "demo-sig." + _digest(thinking)
 
 
-def messages_to_chat(body: dict[str, Any]) -> tuple[dict[str, Any], int]:
-    """An Anthropic request as the Chat body the scenarios read, and its estimated input tokens."""
-    ir = messages_request.decode(body)
-    return chat_request.encode(ir, str(body.get("model") or "demo-model"), _AS_CHAT), estimate_input_tokens(ir)
+def demo_encrypted(reasoning: str) -> str:
+    return "demo-enc." + _digest(reasoning)
 
 
-def chat_to_message(completion: dict[str, Any], model: str) -> dict[str, Any]:
-    """A whole Chat completion as an Anthropic Message."""
-    resp = chat_response.decode(completion)
-    for part in resp.output:
-        if isinstance(part, ReasoningPart):
-            part.signature = demo_signature(part.text)
-    return messages_response.encode(resp, model)
+class Face:
+    """One protocol the demo model can be spoken to in."""
+
+    def __init__(self, body: dict[str, Any]) -> None:
+        self.body = body
+        self.model = str(body.get("model") or "demo-model")
+        self.ir = self.decode(body)
+
+    def decode(self, body: dict[str, Any]) -> Request:
+        raise NotImplementedError
+
+    def chat_body(self) -> dict[str, Any]:
+        """The request as the Chat body the scenarios read."""
+        return chat_request.encode(self.ir, self.model, _AS_CHAT)
+
+    def whole(self, completion: dict[str, Any]) -> dict[str, Any]:
+        resp = chat_response.decode(completion)
+        for part in resp.output:
+            if isinstance(part, ReasoningPart):
+                self.seal(part)
+        return self.encode(resp)
+
+    def encode(self, resp: Response) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def seal(self, part: ReasoningPart) -> None:
+        """Give a whole reasoning part the opaque token this protocol's upstream would."""
+        raise NotImplementedError
+
+    def token(self, reasoning: str) -> Signature:
+        """The token a streamed reasoning block ends with."""
+        raise NotImplementedError
+
+    def stream_encoder(self) -> StreamEncoder:
+        raise NotImplementedError
+
+    @staticmethod
+    def error_body(info: ErrorInfo) -> dict[str, Any]:
+        return openai_error_body(info)
 
 
-class MessagesStreamWriter:
-    """Stands in for the HTTP writer while a scenario runs: the Chat SSE it is given goes out as
-    an Anthropic stream. Everything else (start, end, drop, peer checks) is the real writer's."""
+class MessagesFace(Face):
+    def decode(self, body: dict[str, Any]) -> Request:
+        messages_request.validate(body)
+        return messages_request.decode(body)
 
-    def __init__(self, writer: Any, model: str, input_tokens: int) -> None:
+    def encode(self, resp: Response) -> dict[str, Any]:
+        return messages_response.encode(resp, self.model)
+
+    def seal(self, part: ReasoningPart) -> None:
+        part.signature = demo_signature(part.text)
+
+    def token(self, reasoning: str) -> Signature:
+        return Signature(signature=demo_signature(reasoning))
+
+    def stream_encoder(self) -> StreamEncoder:
+        return MessagesStreamEncoder(self.model, estimate_input_tokens(self.ir))  # message_start has the prompt size
+
+    @staticmethod
+    def error_body(info: ErrorInfo) -> dict[str, Any]:
+        return messages_error_body(info)
+
+
+class ResponsesFace(Face):
+    def decode(self, body: dict[str, Any]) -> Request:
+        responses_request.validate(body)
+        return responses_request.decode(body, input_items(body))
+
+    def encode(self, resp: Response) -> dict[str, Any]:
+        return responses_response.encode(resp, self.body, self.model, responses_protocol.custom_tools(self.body),
+                                         responses_protocol.include_encrypted(self.body))
+
+    def seal(self, part: ReasoningPart) -> None:
+        part.encrypted = demo_encrypted(part.text)
+
+    def token(self, reasoning: str) -> Signature:
+        return Signature(encrypted=demo_encrypted(reasoning))
+
+    def stream_encoder(self) -> StreamEncoder:
+        return ResponsesStreamEncoder(self.body, self.model, responses_protocol.custom_tools(self.body),
+                                      responses_protocol.include_encrypted(self.body))
+
+
+FACES: dict[str, Callable[[dict[str, Any]], Face]] = {"/messages": MessagesFace, "/responses": ResponsesFace}
+
+
+class TranslatingWriter:
+    """Stands in for the HTTP writer while a scenario runs: the Chat SSE it is given goes out in
+    the face's protocol. Everything else (start, end, drop, peer checks) is the real writer's."""
+
+    def __init__(self, writer: Any, face: Face) -> None:
         self._writer = writer
+        self._face = face
         self._parser = SSEParser()
         self._decoder = ChatStreamDecoder(expect_usage=True)
-        self._encoder = MessagesStreamEncoder(model, input_tokens)  # message_start carries the prompt size
-        self._thinking: list[str] | None = None
+        self._encoder = face.stream_encoder()
+        self._reasoning: list[str] | None = None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._writer, name)
@@ -74,18 +166,18 @@ class MessagesStreamWriter:
 
     def _emit(self, events: list[Event]) -> None:
         for ev in events:
-            for signed in self._sign(ev):
-                for frame in self._encoder.encode(signed):
+            for sealed in self._seal(ev):
+                for frame in self._encoder.encode(sealed):
                     self._writer.send(frame)
 
-    def _sign(self, ev: Event) -> list[Event]:
-        """Add the signature a real Anthropic thinking block ends with."""
+    def _seal(self, ev: Event) -> list[Event]:
+        """End each reasoning block with the opaque token a real upstream sends."""
         if isinstance(ev, BlockStart):
-            self._thinking = [] if isinstance(ev.part, ReasoningPart) else None
-        elif isinstance(ev, Delta) and self._thinking is not None:
-            self._thinking.append(ev.text)
-        elif isinstance(ev, BlockStop) and self._thinking is not None:
-            signature = demo_signature("".join(self._thinking))
-            self._thinking = None
-            return [Signature(signature=signature), ev]
+            self._reasoning = [] if isinstance(ev.part, ReasoningPart) else None
+        elif isinstance(ev, Delta) and self._reasoning is not None:
+            self._reasoning.append(ev.text)
+        elif isinstance(ev, BlockStop) and self._reasoning is not None:
+            token = self._face.token("".join(self._reasoning))
+            self._reasoning = None
+            return [token, ev]
         return [ev]

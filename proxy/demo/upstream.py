@@ -1,9 +1,9 @@
 """The simulated OpenAI-compatible upstream behind `llm-proxy demo` and the test suite.
 
 Owns the upstream's endpoints — `GET /v1/models`, `POST /v1/chat/completions` executing a
-`scenarios.Plan`, and `POST /v1/messages`, the same model behind the Anthropic protocol
-(proxy/demo/faces.py) — and a control API under `/_demo/` that tests use to see what reached the
-upstream and to steer it:
+`scenarios.Plan`, and `POST /v1/messages` and `POST /v1/responses`, the same model behind the
+Anthropic and Responses protocols (proxy/demo/faces.py) — and a control API under `/_demo/`
+that tests use to see what reached the upstream and to steer it:
 
   GET  /v1/dashboard/balance             {"data": {"total_available": N}}, N fixed per key
 
@@ -45,8 +45,6 @@ from proxy.demo import faces, scenarios
 from proxy.demo.http import HTTPRequest, PeerGone, Writer
 from proxy.errors import ProxyError, kind_for_status
 from proxy.ir.response import ErrorInfo
-from proxy.protocols.messages import request as messages_request
-from proxy.protocols.messages.errors import error_body as messages_error_body
 
 MODELS = ["demo-model", "demo-reasoner", "gpt-4o-mini", "claude-sonnet-4-6"]
 
@@ -105,8 +103,8 @@ class DemoUpstream:
             return w.response(200, _json({"object": "list", "data": data}))
         if req.method == "POST" and req.path.endswith("/chat/completions"):
             return self._chat(req, w, record, rid)
-        if req.method == "POST" and req.path.endswith("/messages"):
-            return self._messages(w, record, rid)
+        if req.method == "POST" and req.path.endswith(("/messages", "/responses")):
+            return self._face(req.path, w, record, rid)
         return w.response(404, _json(_error(f"demo upstream has no {req.method} {req.path}", code="not_found")))
 
     # ------------------------------------------------------------ completions
@@ -127,26 +125,26 @@ class DemoUpstream:
             self.disconnects.setdefault(rid, Event()).set()
             raise
 
-    def _messages(self, w: Writer, record: dict[str, Any], rid: str) -> None:
-        """The same model behind an Anthropic Messages endpoint (see proxy/demo/faces.py)."""
+    def _face(self, path: str, w: Writer, record: dict[str, Any], rid: str) -> None:
+        """The same model behind another protocol's endpoint (see proxy/demo/faces.py)."""
+        make = faces.FACES["/messages" if path.endswith("/messages") else "/responses"]
         body = record["body"]
         try:
             if not isinstance(body, dict):
                 raise ProxyError(400, "body must be a JSON object", "invalid_request")
-            messages_request.validate(body)
-            chat, input_tokens = faces.messages_to_chat(body)
+            face = make(body)
         except ProxyError as exc:
-            return w.response(exc.info.status, _json(messages_error_body(exc.info)))
-        plan = scenarios.plan(chat)
+            error_body = faces.MessagesFace.error_body if path.endswith("/messages") else faces.Face.error_body
+            return w.response(exc.info.status, _json(error_body(exc.info)))
+        plan = scenarios.plan(face.chat_body())
         if plan.error is not None:
             info = ErrorInfo(kind_for_status(plan.status), plan.error["error"]["message"], plan.status)
-            return w.response(plan.status, _json(messages_error_body(info)))
-        model = str(body.get("model") or "demo-model")
+            return w.response(plan.status, _json(face.error_body(info)))
         if not body.get("stream"):
-            return w.response(200, _json(faces.chat_to_message(plan.body or {}, model)))
+            return w.response(200, _json(face.whole(plan.body or {})))
         w.start_stream()
         try:
-            self._run(plan, faces.MessagesStreamWriter(w, model, input_tokens), rid)  # type: ignore[arg-type]
+            self._run(plan, faces.TranslatingWriter(w, face), rid)  # type: ignore[arg-type]
         except PeerGone:
             self.disconnects.setdefault(rid, Event()).set()
             raise

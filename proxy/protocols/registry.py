@@ -16,8 +16,10 @@ CLIENTS: dict[str, ClientSide] = {
 UPSTREAMS: dict[str, UpstreamSide] = {
     "openai": chat_completions.UPSTREAM,
     "anthropic": messages.UPSTREAM,
+    "responses": responses.UPSTREAM,
 }
 SAME_WIRE: dict[str, SameWire] = {
     "openai": chat_completions.SAME_WIRE,
     "anthropic": messages.SAME_WIRE,
+    "responses": responses.SAME_WIRE,
 }

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from proxy.ir import response as ir
+from proxy.ir.custom_calls import function_arguments
 from proxy.ir.events import Event
 from proxy.ir.fold import check_well_formed, fold
 from proxy.ir.request import ReasoningPart, TextPart, ToolCallPart
@@ -27,6 +28,8 @@ from proxy.protocols.messages.passthrough import MessagesPassthroughStream
 from proxy.protocols.messages.response import STOP_REASONS
 from proxy.protocols.messages.stream_decode import MessagesStreamDecoder
 from proxy.protocols.messages.stream_encode import MessagesStreamEncoder
+from proxy.protocols.responses.passthrough import ResponsesPassthroughStream
+from proxy.protocols.responses.stream_decode import ResponsesStreamDecoder
 from proxy.protocols.responses.stream_encode import ResponsesStreamEncoder
 from proxy.transcode import StreamRelay, Translation
 from tests.clients import read_anthropic_stream, read_chat_stream, read_responses_stream
@@ -47,6 +50,7 @@ RESPONSES_BODY = {"model": MODEL, "input": "hi", "stream": True, "store": False,
 # upstream fixture folder → (golden prefix, decoder factory, passthrough relay factory)
 UPSTREAMS: dict[str, tuple[str, Callable[[], Any], Callable[[], StreamRelay]]] = {
     "messages": ("anthropic", MessagesStreamDecoder, MessagesPassthroughStream),
+    "responses": ("responses", ResponsesStreamDecoder, ResponsesPassthroughStream),
 }
 CLIENTS = ("chat_completions", "messages", "responses")
 CASES = [(up, name) for up in UPSTREAMS for name in fixture_names(up)]
@@ -118,7 +122,8 @@ def texts(resp: ir.Response) -> str:
 
 
 def calls(resp: ir.Response) -> list[tuple[str, Any]]:
-    return [(p.name, json.loads(p.arguments or "{}")) for p in resp.output if isinstance(p, ToolCallPart)]
+    """Tool calls as a client without freeform tools sees them: custom ones take {"input": …}."""
+    return [(p.name, json.loads(function_arguments(p) or "{}")) for p in resp.output if isinstance(p, ToolCallPart)]
 
 
 def thinking(resp: ir.Response) -> list[str]:
@@ -172,9 +177,12 @@ def test_openai_responses_sdk_reads_back_what_the_upstream_said(upstream: str, n
         return
     final = read.final
     assert final is not None and final.output_text == texts(said)
-    assert [(o.name, json.loads(o.arguments)) for o in final.output if o.type == "function_call"] == calls(said)
+    assert [(o.name, json.loads(o.arguments)) for o in final.output if o.type == "function_call"] == \
+        [(p.name, json.loads(p.arguments or "{}")) for p in said.output if isinstance(p, ToolCallPart) and p.kind != "custom"]
+    assert [(o.name, o.input) for o in final.output if o.type == "custom_tool_call"] == \
+        [(p.name, p.arguments) for p in said.output if isinstance(p, ToolCallPart) and p.kind == "custom"]
     reasoning = [o for o in final.output if o.type == "reasoning"]
-    assert ["".join(s.text for s in o.summary) for o in reasoning if o.summary] == [t for t in thinking(said) if t]
+    assert ["\n\n".join(s.text for s in o.summary) for o in reasoning if o.summary] == [t for t in thinking(said) if t]
     assert all(o.encrypted_content for o in reasoning)  # what lets the client send the reasoning back
     assert final.status == "completed"
     assert said.usage is not None and final.usage is not None and final.usage.output_tokens == said.usage.output_tokens

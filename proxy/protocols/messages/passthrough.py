@@ -22,7 +22,7 @@ from proxy.ir.response import ErrorInfo, Usage
 from proxy.protocols.messages.errors import stream_error_frame
 from proxy.protocols.messages.stream_decode import MessagesStreamDecoder
 from proxy.protocols.messages.stream_encode import PING
-from proxy.sse import SSEEvent
+from proxy.sse import SSEEvent, event_frame
 
 log = logging.getLogger(__name__)
 
@@ -49,12 +49,6 @@ def _minted_block(block: Any) -> bool:
     return isinstance(block, dict) and block.get("type") == "thinking" and is_minted(block.get("signature"))
 
 
-def raw_frame(sse: SSEEvent) -> bytes:
-    """The event as the upstream framed it (Anthropic writes `event:` then one `data:` line)."""
-    head = f"event: {sse.event}\n".encode() if sse.event is not None else b""
-    return head + b"".join(b"data: " + line + b"\n" for line in sse.data.split(b"\n")) + b"\n"
-
-
 class MessagesPassthroughStream:
     def __init__(self) -> None:
         self.usage: Usage | None = None
@@ -73,7 +67,7 @@ class MessagesPassthroughStream:
                 return self._failure(sse, ev.error)
             elif isinstance(ev, Finish):
                 self.done = True
-        return [raw_frame(sse)]
+        return [event_frame(sse)]
 
     def close(self) -> list[bytes]:
         for ev in self._watch.close():
@@ -95,5 +89,5 @@ class MessagesPassthroughStream:
         self.done = True
         self.failed = info
         if sse.event == "error":
-            return [raw_frame(sse)]  # the upstream's own error event, as it sent it
+            return [event_frame(sse)]  # the upstream's own error event, as it sent it
         return [stream_error_frame(info)]  # malformed upstream event: say so in the protocol's words

@@ -1,15 +1,18 @@
-"""The OpenAI Responses protocol: `/v1/responses` (and, later, `protocol: responses` upstreams)."""
+"""The OpenAI Responses protocol: `/v1/responses` and `protocol: responses` upstreams."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from proxy.config import Upstream
 from proxy.exchange import Exchange
 from proxy.ir.response import Response
 from proxy.protocols.chat_completions.errors import error_body
-from proxy.protocols.codec import ClientSide
-from proxy.protocols.responses import request, response
+from proxy.protocols.codec import ClientSide, SameWire, UpstreamSide
+from proxy.protocols.responses import request, response, upstream_request, upstream_response
 from proxy.protocols.responses.conversation import input_items
+from proxy.protocols.responses.passthrough import ResponsesPassthroughStream
+from proxy.protocols.responses.stream_decode import ResponsesStreamDecoder
 from proxy.protocols.responses.stream_encode import ResponsesStreamEncoder
 
 
@@ -41,4 +44,24 @@ CLIENT = ClientSide(
     error_body=error_body,
 )
 
-__all__ = ["CLIENT"]
+UPSTREAM = UpstreamSide(
+    path="/responses",
+    encode_request=upstream_request.encode,
+    decode_response=upstream_response.decode,
+    stream_decoder=lambda req, up: ResponsesStreamDecoder(),
+)
+
+
+def _prepare(ex: Exchange, model: str, upstream: Upstream) -> dict[str, Any]:
+    # Everything goes up as the client sent it — previous_response_id and item_reference included,
+    # which the upstream resolves from its own store; only the model is mapped.
+    return {**ex.body, "model": model}
+
+
+SAME_WIRE = SameWire(
+    prepare_request=_prepare,
+    normalise_response=lambda body, ex: body,
+    stream_relay=lambda ex, up: ResponsesPassthroughStream(),
+)
+
+__all__ = ["CLIENT", "SAME_WIRE", "UPSTREAM"]

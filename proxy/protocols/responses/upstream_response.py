@@ -1,0 +1,87 @@
+"""A whole (non-streamed) Responses object → the IR response.
+
+Owns reading `protocol: responses` upstream answers (PROTOCOLS.md §3.2): the output items in
+order — each output_text / refusal content part of a message as a text / refusal part, a
+reasoning item as one reasoning part (summary and raw text joined by a blank line, as the stream
+decoder joins them) carrying its id and `encrypted_content`, function and custom tool calls — the
+usage, the finish reason (`incomplete_details` says why a response stopped short; tool calls mean
+`tool_calls`), and the error of a failed response. Item types the IR has no place for are skipped.
+Pure: must not import Flask or requests.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from typing import Any
+
+from proxy.ir.request import OutputPart, ReasoningPart, RefusalPart, TextPart, ToolCallPart
+from proxy.ir.response import Response
+from proxy.protocols.responses.stream_decode import (
+    call_arguments,
+    error_from_responses,
+    finish_from_responses,
+    has_calls,
+    objects,
+    usage_from_responses,
+)
+
+log = logging.getLogger(__name__)
+
+
+def decode(doc: dict[str, Any]) -> Response:
+    created = doc.get("created_at")
+    resp = Response(id=_str(doc, "id") or "resp_" + uuid.uuid4().hex, model=_str(doc, "model"),
+                    created=created if isinstance(created, int) and created > 0 else int(time.time()))
+    output = doc.get("output")
+    items = [i for i in output if isinstance(i, dict)] if isinstance(output, list) else []
+    resp.output = [part for item in items for part in _parts(item)]
+    resp.usage = usage_from_responses(doc.get("usage"))
+    if doc.get("status") == "failed" or isinstance(doc.get("error"), dict):
+        resp.error = error_from_responses(doc.get("error"))
+    else:
+        resp.finish_reason = finish_from_responses(doc, has_calls(items))
+    return resp
+
+
+def _parts(item: dict[str, Any]) -> list[OutputPart]:
+    itype = item.get("type")
+    if itype == "message":
+        return [p for c in objects(item, "content") if isinstance(c, dict) for p in _content(c)]
+    if itype == "reasoning":
+        return [_reasoning(item)]
+    if itype == "function_call":
+        return [ToolCallPart(_call_id(item), _str(item, "name"), call_arguments(item),
+                             item_id=_str(item, "id") or None)]
+    if itype == "custom_tool_call":
+        return [ToolCallPart(_call_id(item), _str(item, "name"), _str(item, "input"), "custom",
+                             _str(item, "id") or None)]
+    log.info("skipping an upstream %s item: clients of other protocols have no place for it", itype)
+    return []
+
+
+def _content(part: dict[str, Any]) -> list[OutputPart]:
+    ptype = part.get("type")
+    if ptype == "output_text":
+        return [TextPart(_str(part, "text"))]
+    if ptype == "refusal":
+        return [RefusalPart(_str(part, "refusal"))]
+    return []
+
+
+def _reasoning(item: dict[str, Any]) -> ReasoningPart:
+    pieces = [p for key in ("summary", "content") for p in objects(item, key) if isinstance(p, dict)]
+    text = "\n\n".join(t for t in (_str(p, "text") for p in pieces) if t)
+    encrypted = item.get("encrypted_content")
+    return ReasoningPart(text=text, encrypted=encrypted if isinstance(encrypted, str) and encrypted else None,
+                         id=_str(item, "id") or None)
+
+
+def _call_id(item: dict[str, Any]) -> str:
+    return _str(item, "call_id") or "call_" + uuid.uuid4().hex[:24]
+
+
+def _str(doc: dict[str, Any], key: str) -> str:
+    value = doc.get(key)
+    return value if isinstance(value, str) else ""
