@@ -14,14 +14,26 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import CLIENT_KEY, DemoUpstream, ProxyServer
+from tests.conftest import CLIENT_KEY, DemoUpstream, ProxyServer, base_config, start_proxy, stop_proxy
 
 BIN = os.environ.get("LLM_PROXY_CLIENTS_BIN")
 pytestmark = pytest.mark.skipif(not BIN, reason="set LLM_PROXY_CLIENTS_BIN to run Claude Code / Codex end to end")
+
+
+@pytest.fixture(scope="module", params=["openai", "anthropic", "responses"])
+def any_upstream(request: pytest.FixtureRequest, demo_upstream: DemoUpstream,
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyServer]:
+    """The proxy in front of the demo speaking each upstream protocol in turn."""
+    config = base_config(demo_upstream.url)
+    config["upstreams"][0]["protocol"] = request.param
+    server = start_proxy(config, tmp_path_factory.mktemp(f"clients-{request.param}"))
+    yield server
+    stop_proxy(server)
 
 
 def claude(proxy: ProxyServer, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -34,14 +46,14 @@ def claude(proxy: ProxyServer, home: Path, *args: str) -> subprocess.CompletedPr
                           text=True, timeout=180)
 
 
-def test_claude_code_answers_a_prompt(proxy: ProxyServer, tmp_path: Path) -> None:
-    result = claude(proxy, tmp_path, "-p", "Say hello")
+def test_claude_code_answers_a_prompt(any_upstream: ProxyServer, tmp_path: Path) -> None:
+    result = claude(any_upstream, tmp_path, "-p", "Say hello")
     assert result.returncode == 0, result.stderr
     assert "Hello from the llm-proxy demo upstream." in result.stdout
 
 
-def test_claude_code_runs_a_tool_round_trip(proxy: ProxyServer, demo_upstream: DemoUpstream, tmp_path: Path) -> None:
-    result = claude(proxy, tmp_path, "-p", "Run ls in the current directory", "--allowedTools", "Bash")
+def test_claude_code_runs_a_tool_round_trip(any_upstream: ProxyServer, demo_upstream: DemoUpstream, tmp_path: Path) -> None:
+    result = claude(any_upstream, tmp_path, "-p", "Run ls in the current directory", "--allowedTools", "Bash")
     assert result.returncode == 0, result.stderr
     # The simulated model asked Claude Code's Bash tool to echo; Claude Code ran it and sent the output back.
     assert "The tool returned: hello from the llm-proxy demo" in result.stdout
@@ -58,14 +70,14 @@ def codex(proxy: ProxyServer, home: Path, prompt: str) -> subprocess.CompletedPr
                           capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
 
 
-def test_codex_answers_a_prompt(proxy: ProxyServer, tmp_path: Path) -> None:
-    result = codex(proxy, tmp_path, "Say hello")
+def test_codex_answers_a_prompt(any_upstream: ProxyServer, tmp_path: Path) -> None:
+    result = codex(any_upstream, tmp_path, "Say hello")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().startswith("Hello from the llm-proxy demo upstream.")
 
 
-def test_codex_runs_a_shell_command_round_trip(proxy: ProxyServer, tmp_path: Path) -> None:
-    result = codex(proxy, tmp_path, "Run ls in this directory")
+def test_codex_runs_a_shell_command_round_trip(any_upstream: ProxyServer, tmp_path: Path) -> None:
+    result = codex(any_upstream, tmp_path, "Run ls in this directory")
     assert result.returncode == 0, result.stderr
     # The simulated model asked for `echo …` through Codex's shell tool; Codex ran it (stderr shows the
     # command) and sent the output back as function_call_output, which the final answer quotes.
