@@ -322,3 +322,24 @@ def test_an_anthropic_400_is_returned_not_retried(ant_proxy: ProxyServer, demo_u
         openai_client(ant_proxy).chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}],
                                                          extra_headers={"X-Request-Id": request_id})
     assert len(demo_upstream.requests(request_id)) == 1
+
+
+def test_chat_client_with_reasoning_keeps_working_through_a_tool_loop(ant_proxy: ProxyServer,
+                                                                      demo_upstream: DemoUpstream) -> None:
+    """A Chat client cannot keep Anthropic's signed thinking blocks; Anthropic refuses a tool-call
+    history without them while thinking is on, so that turn goes without thinking instead of failing."""
+    oai = openai_client(ant_proxy)
+    tools: Any = [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER_PARAMS}}]
+    messages: list[Any] = [{"role": "user", "content": "Weather in Paris? [demo:tool] [demo:pace=0]"}]
+    first_id = rid()
+    first = oai.chat.completions.create(model=MODEL, messages=messages, tools=tools, reasoning_effort="low",
+                                        extra_headers={"X-Request-Id": first_id})
+    assert seen(demo_upstream, first_id)["body"]["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+    (call,) = first.choices[0].message.tool_calls or []
+    messages += [first.choices[0].message.model_dump(exclude_none=True),
+                 {"role": "tool", "tool_call_id": call.id, "content": "sunny, 21C"}]
+    second_id = rid()
+    second = oai.chat.completions.create(model=MODEL, messages=messages, tools=tools, reasoning_effort="low",
+                                         extra_headers={"X-Request-Id": second_id})
+    assert "sunny, 21C" in (second.choices[0].message.content or "")
+    assert "thinking" not in assert_anthropic_request(seen(demo_upstream, second_id))

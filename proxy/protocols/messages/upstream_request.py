@@ -55,6 +55,12 @@ def encode(req: Request, model: str, upstream: Upstream) -> dict[str, Any]:
     max_tokens = req.max_tokens or cap or DEFAULT_MAX_TOKENS
     body["max_tokens"] = min(max_tokens, cap) if cap else max_tokens
     thinking = _thinking(req.reasoning)
+    if thinking is not None and _unsigned_tool_turn(body["messages"]):
+        # With thinking on, Anthropic requires the assistant turn that called tools to open with its
+        # signed thinking block. A client of another protocol (Chat) could not keep it, so this
+        # request goes without thinking rather than fail with a 400.
+        log.info("thinking turned off: the last tool-calling assistant turn has no signed thinking block")
+        thinking = None
     if thinking is not None:
         budget = thinking.get("budget_tokens", 0)
         # The budget must stay below max_tokens, or Anthropic refuses the request.
@@ -80,6 +86,14 @@ def encode(req: Request, model: str, upstream: Upstream) -> dict[str, Any]:
     if req.stream:
         body["stream"] = True
     return body
+
+
+def _unsigned_tool_turn(turns: list[dict[str, Any]]) -> bool:
+    """The last assistant turn calls tools without opening with a (redacted) thinking block."""
+    assistant = next((t for t in reversed(turns) if t["role"] == "assistant"), None)
+    if assistant is None or not any(b["type"] == "tool_use" for b in assistant["content"]):
+        return False
+    return assistant["content"][0]["type"] not in ("thinking", "redacted_thinking")
 
 
 def tool_use_id(call_id: str) -> str:
