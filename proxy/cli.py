@@ -38,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
 
     demo = sub.add_parser("demo", help="run the proxy in front of a built-in simulated upstream")
     demo.add_argument("--bind", default="127.0.0.1:8080", help="HOST:PORT for the proxy (default 127.0.0.1:8080)")
+    demo.add_argument("--upstream-protocol", choices=("openai", "anthropic", "responses"), default="openai",
+                      help="which protocol the simulated upstream is spoken to in (default openai)")
 
     check = sub.add_parser("check-config", help="validate a config file and exit")
     check.add_argument("config", help="YAML config file")
@@ -47,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         return _check(args.config)
     if args.command == "serve":
         return _serve(args.config, args.bind, args.workers)
-    return _demo(args.bind)
+    return _demo(args.bind, args.upstream_protocol)
 
 
 def _check(path: str) -> int:
@@ -88,7 +90,7 @@ def _run_gunicorn(options: dict[str, Any]) -> None:
     ProxyServer().run()
 
 
-def _demo(bind: str) -> int:
+def _demo(bind: str, upstream_protocol: str = "openai") -> int:
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
     upstream = subprocess.Popen(
@@ -99,11 +101,11 @@ def _demo(bind: str) -> int:
     with tempfile.TemporaryDirectory(prefix="llm-proxy-demo-") as tmp:
         path = os.path.join(tmp, "demo.yaml")
         with open(path, "w", encoding="utf-8") as fh:
-            fh.write(demo_config(f"http://127.0.0.1:{port}/v1", os.path.join(tmp, "state.db")))
+            fh.write(demo_config(f"http://127.0.0.1:{port}/v1", os.path.join(tmp, "state.db"), upstream_protocol))
         os.environ["LLM_PROXY_CONFIG"] = path
         options = serving.settings(bind=bind, workers=1)
         # Print the instructions once the socket is listening, so they are true when they appear.
-        options["when_ready"] = lambda _server: print(banner(bind), flush=True)
+        options["when_ready"] = lambda _server: print(banner(bind, upstream_protocol), flush=True)
         try:
             _run_gunicorn(options)
         finally:
@@ -112,13 +114,13 @@ def _demo(bind: str) -> int:
     return 0
 
 
-def demo_config(upstream_url: str, state_path: str) -> str:
+def demo_config(upstream_url: str, state_path: str, upstream_protocol: str = "openai") -> str:
     return textwrap.dedent(f"""\
         client_keys: [{DEMO_CLIENT_KEY}]
         state_path: {state_path}
         upstreams:
           - name: demo
-            protocol: openai
+            protocol: {upstream_protocol}
             base_url: {upstream_url}
             accounts:
               - {{id: demo-1, api_key: sk-demo-upstream-1}}
@@ -126,12 +128,16 @@ def demo_config(upstream_url: str, state_path: str) -> str:
         """)
 
 
-def banner(bind: str) -> str:
+UPSTREAM_KINDS = {"openai": "OpenAI-compatible (Chat Completions)", "anthropic": "Anthropic Messages",
+                  "responses": "OpenAI Responses"}
+
+
+def banner(bind: str, upstream_protocol: str = "openai") -> str:
     host, _, port = bind.rpartition(":")
     host = "127.0.0.1" if host in ("", "0.0.0.0") else host.strip("[]")
     root = f"http://{host}:{port}"
     return textwrap.dedent(f"""\
-        llm-proxy {__version__} demo: the proxy in front of a simulated OpenAI-compatible upstream.
+        llm-proxy {__version__} demo: the proxy in front of a simulated {UPSTREAM_KINDS[upstream_protocol]} upstream.
 
           Base URL:    {root}/v1
           Client key:  {DEMO_CLIENT_KEY}

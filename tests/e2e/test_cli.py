@@ -47,11 +47,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def demo() -> Iterator[tuple[str, str]]:
-    """`llm-proxy demo` running; yields (base URL, the banner it printed)."""
+@pytest.fixture(scope="module", params=["openai", "anthropic", "responses"])
+def demo(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
+    """`llm-proxy demo` running, its simulated upstream spoken to in each protocol in turn;
+    yields (base URL, the banner it printed)."""
     port = free_port()
-    proc = subprocess.Popen([*LLM_PROXY, "demo", "--bind", f"127.0.0.1:{port}"], cwd=ROOT,
+    proc = subprocess.Popen([*LLM_PROXY, "demo", "--bind", f"127.0.0.1:{port}", "--upstream-protocol", request.param],
+                            cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             env={**os.environ, "LLM_PROXY_ACCESS_LOG": "/dev/null"})
     assert proc.stdout is not None

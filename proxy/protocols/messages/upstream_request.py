@@ -85,7 +85,17 @@ def encode(req: Request, model: str, upstream: Upstream) -> dict[str, Any]:
         body["output_config"] = {"format": {"type": "json_schema", "schema": req.response_format.schema or {}}}
     if req.stream:
         body["stream"] = True
+    _log_dropped(req)
     return body
+
+
+def _log_dropped(req: Request) -> None:
+    dropped = [name for name in ("seed", "presence_penalty", "frequency_penalty") if getattr(req, name) is not None]
+    if req.response_format is not None and req.response_format.type == "json_object":
+        dropped.append("response_format json_object")
+    dropped += sorted(req.extras)  # the client protocol's own fields with no Messages equivalent
+    if dropped:
+        log.info("anthropic upstream: dropping %s (no Messages equivalent)", ", ".join(dropped))
 
 
 def _unsigned_tool_turn(turns: list[dict[str, Any]]) -> bool:
