@@ -343,3 +343,21 @@ def test_chat_client_with_reasoning_keeps_working_through_a_tool_loop(ant_proxy:
                                          extra_headers={"X-Request-Id": second_id})
     assert "sunny, 21C" in (second.choices[0].message.content or "")
     assert "thinking" not in assert_anthropic_request(seen(demo_upstream, second_id))
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_messages_client_tool_round_trip_through_passthrough(ant_proxy: ProxyServer, stream: bool) -> None:
+    ac = anthropic_client(ant_proxy)
+    tools: Any = [{"name": "get_weather", "input_schema": WEATHER_PARAMS}]
+    prompt = {"role": "user", "content": "Weather in Paris? [demo:tool] [demo:pace=0]"}
+    if stream:
+        with ac.messages.stream(model=MODEL, max_tokens=200, tools=tools, messages=[prompt]) as s:
+            first = s.get_final_message()
+    else:
+        first = ac.messages.create(model=MODEL, max_tokens=200, tools=tools, messages=[prompt])
+    (call,) = first.content
+    assert call.type == "tool_use" and call.input == {"city": "Paris"} and first.stop_reason == "tool_use"
+    second = ac.messages.create(model=MODEL, max_tokens=200, tools=tools, messages=[
+        prompt, {"role": "assistant", "content": [call.model_dump()]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "sunny, 21C"}]}])
+    assert "sunny, 21C" in second.content[0].text  # type: ignore[union-attr]

@@ -260,3 +260,23 @@ def test_responses_upstream_errors_move_to_the_next_account(resp_proxy: ProxySer
     finally:
         demo_upstream.control("/_demo/keys", method="DELETE")
         admin(resp_proxy, "POST", "/admin/accounts/resp/resp-0/enable")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_responses_client_tool_round_trip_through_passthrough(resp_proxy: ProxyServer, stream: bool) -> None:
+    oai = openai_client(resp_proxy)
+    tools: Any = [{"type": "function", "name": "get_weather", "parameters": WEATHER_PARAMS, "strict": False}]
+    prompt = {"role": "user", "content": "Weather in Paris? [demo:tool] [demo:pace=0]"}
+    kwargs: dict[str, Any] = dict(model=MODEL, tools=tools, store=False, input=[prompt])
+    if stream:
+        with oai.responses.stream(**kwargs) as s:
+            first = s.get_final_response()
+    else:
+        first = oai.responses.create(**kwargs)
+    (call,) = first.output
+    assert call.type == "function_call" and call.status == "completed"
+    assert json.loads(call.arguments) == {"city": "Paris"}
+    second = oai.responses.create(model=MODEL, tools=tools, store=False, input=[
+        prompt, call.model_dump(exclude_none=True),
+        {"type": "function_call_output", "call_id": call.call_id, "output": "sunny, 21C"}])
+    assert "sunny, 21C" in second.output_text
