@@ -26,6 +26,8 @@ from proxy.protocols.messages.passthrough import MessagesPassthroughStream
 from proxy.protocols.messages.stream_decode import MessagesStreamDecoder
 from proxy.protocols.messages.stream_encode import MessagesStreamEncoder
 from proxy.protocols.responses import request as responses_request
+from proxy.protocols.responses.passthrough import ResponsesPassthroughStream
+from proxy.protocols.responses.stream_decode import ResponsesStreamDecoder
 from proxy.protocols.responses.stream_encode import ResponsesStreamEncoder
 from proxy.sse import SSEParser
 
@@ -301,3 +303,67 @@ def test_anthropic_passthrough_always_terminates(data: bytes) -> None:
     assert relay.done and frames
     assert frames[-1].startswith((b"event: message_stop\n", b"event: error\n"))
 
+
+
+# ------------------------------------------------------------ Responses upstream streams
+
+responses_item = obj({"type": maybe(st.sampled_from(["message", "reasoning", "function_call", "custom_tool_call",
+                                                      "web_search_call", "x"]))},
+                     {"id": maybe(ids), "call_id": maybe(ids), "name": maybe(text), "arguments": anything,
+                      "input": anything, "encrypted_content": anything, "summary": anything, "content": anything,
+                      "status": anything})
+responses_response = maybe(obj({}, {"id": anything, "model": anything, "created_at": anything, "status": anything,
+                                    "output": maybe(some(responses_item, 3)), "error": anything,
+                                    "incomplete_details": anything,
+                                    "usage": maybe(obj({}, {"input_tokens": anything, "output_tokens": anything,
+                                                            "input_tokens_details": anything,
+                                                            "output_tokens_details": anything}))}))
+responses_event = st.one_of(
+    *(obj({"type": st.just(kind)}, {"response": responses_response, "sequence_number": anything})
+      for kind in ("response.created", "response.in_progress", "response.completed", "response.incomplete",
+                   "response.failed")),
+    *(obj({"type": st.just(kind)}, {"item": maybe(responses_item), "output_index": anything})
+      for kind in ("response.output_item.added", "response.output_item.done")),
+    *(obj({"type": st.just(kind)}, {"delta": anything, "item_id": maybe(ids), "output_index": anything,
+                                    "summary_index": anything, "text": anything})
+      for kind in ("response.output_text.delta", "response.reasoning_summary_text.delta",
+                   "response.reasoning_text.delta", "response.function_call_arguments.delta",
+                   "response.custom_tool_call_input.delta", "response.output_text.done", "response.refusal.delta")),
+    obj({"type": st.just("error")}, {"code": anything, "message": anything, "error": anything}),
+)
+responses_frames = responses_event.map(lambda d: f"event: {d['type']}\ndata: {json.dumps(d)}\n\n".encode())
+responses_streams = st.lists(st.one_of(responses_frames, responses_frames, responses_frames,
+                                       st.sampled_from([b"data: {broken\n\n", b"\n", b"data: [1]\n\n"]),
+                                       st.binary(max_size=30)), max_size=25).map(b"".join)
+CREATED_FRAME = b'event: response.created\ndata: {"type": "response.created", "response": {"id": "resp_1"}}\n\n'
+
+
+@FUZZ
+@given(st.one_of(responses_streams, responses_streams.map(lambda s: CREATED_FRAME + s)), st.integers(1, 64))
+def test_responses_stream_decoder_and_every_client_encoder(data: bytes, step: int) -> None:
+    decoder = ResponsesStreamDecoder()
+    parser = SSEParser()
+    events = []
+    for i in range(0, len(data), step):
+        for sse in parser.feed(data[i:i + step]):
+            events += decoder.feed(sse)
+    for sse in parser.flush():
+        events += decoder.feed(sse)
+    events += decoder.close()
+    check_well_formed(events)
+    body = {"model": "m", "input": "x", "tools": []}
+    for encoder in (ChatStreamEncoder("m", True), MessagesStreamEncoder("m", 10),
+                    ResponsesStreamEncoder(body, "m", set(), include_encrypted=True)):
+        frames = [f for ev in events for f in encoder.encode(ev)]
+        assert encoder.done and frames and all(f.endswith(b"\n\n") for f in frames)
+
+
+@FUZZ
+@given(st.one_of(responses_streams, responses_streams.map(lambda s: CREATED_FRAME + s)))
+def test_responses_passthrough_always_terminates(data: bytes) -> None:
+    relay = ResponsesPassthroughStream()
+    parser = SSEParser()
+    frames = [f for sse in parser.feed(data) + parser.flush() for f in relay.feed(sse)] + relay.close()
+    assert relay.done and frames
+    assert frames[-1].startswith((b"event: response.completed\n", b"event: response.incomplete\n",
+                                  b"event: response.failed\n"))
