@@ -89,7 +89,8 @@ def settings(bind: str | None = None, workers: int | None = None) -> dict[str, A
         "graceful_timeout": int(env.get("LLM_PROXY_GRACEFUL_TIMEOUT", "60")),
         "keepalive": int(env.get("LLM_PROXY_HTTP_KEEPALIVE", "5")),
         "preload_app": False,
-        "accesslog": env.get("LLM_PROXY_ACCESS_LOG", "-"),
+        # "off" disables the access log entirely; /dev/null would still format every line.
+        "accesslog": None if env.get("LLM_PROXY_ACCESS_LOG") == "off" else env.get("LLM_PROXY_ACCESS_LOG", "-"),
         "access_log_format": ACCESS_LOG_FORMAT,
         "errorlog": "-",
         "loglevel": env.get("LLM_PROXY_GUNICORN_LOG_LEVEL", "info"),

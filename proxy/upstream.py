@@ -100,13 +100,18 @@ class UpstreamClient:
             all_headers["Content-Type"] = "application/json"
         if request_id:
             all_headers["X-Request-Id"] = request_id
-        proxies = {"http": target.proxy, "https": target.proxy} if target.proxy else None
+        proxies = {"http": target.proxy, "https": target.proxy} if target.proxy else {}
         url = target.base_url + path
+        timeout = (target.timeouts.connect, target.timeouts.read)
         try:
-            return self.session.request(
-                method, url, data=body, headers=all_headers, stream=stream, proxies=proxies,
-                timeout=(target.timeouts.connect, target.timeouts.read), allow_redirects=False,
-            )
+            if self.session.trust_env:  # HTTP(S)_PROXY / NO_PROXY / netrc: let requests merge them in
+                return self.session.request(method, url, data=body, headers=all_headers, stream=stream,
+                                            proxies=proxies, timeout=timeout, allow_redirects=False)
+            # The direct path: Session.request would merge cookies, auth, hooks and environment
+            # settings we never use — a tenth of a non-streamed request's CPU in the profile.
+            prepared = requests.Request(method, url, data=body, headers=all_headers).prepare()
+            adapter = self.session.get_adapter(url)
+            return adapter.send(prepared, stream=stream, timeout=timeout, proxies=proxies)
         except requests.exceptions.RequestException as exc:
             raise classify_network_error(exc, target) from None
 
