@@ -24,7 +24,9 @@ from proxy.errors import embedded_error
 from proxy.ir.response import ErrorInfo, Usage
 from proxy.protocols.chat_completions.errors import stream_error_frames
 from proxy.protocols.chat_completions.response import new_id, usage_from_chat
-from proxy.sse import DONE_FRAME, KEEPALIVE_COMMENT, SSEEvent, data_frame, loads
+from proxy.sse import DONE_FRAME, KEEPALIVE_COMMENT, SSEEvent, data_frame
+
+_MISSING = object()
 
 
 class _ChoiceState:
@@ -49,6 +51,7 @@ class ChatPassthroughStream:
         self._choices: dict[int, _ChoiceState] = {}
         self._finished_any = False
         self._started = False
+        self._dirty = False  # the chunk being relayed was changed, so it must be written anew
 
     def feed(self, sse: SSEEvent) -> list[bytes]:
         if self.done:
@@ -60,7 +63,13 @@ class ChatPassthroughStream:
             self.done = True
             return [DONE_FRAME]
         try:
-            chunk = loads(data)
+            text = data.decode("utf-8")
+            self._dirty = False
+        except UnicodeDecodeError:  # a sloppy server's broken character: U+FFFD, and write the chunk anew
+            text = data.decode("utf-8", "replace")
+            self._dirty = True
+        try:
+            chunk = json.loads(text)
         except ValueError:
             return self.fail(ErrorInfo("upstream_error", "upstream sent a malformed JSON chunk in its stream", 502))
         if not isinstance(chunk, dict):
@@ -68,7 +77,11 @@ class ChatPassthroughStream:
         self._started = True
         if chunk.get("error"):
             return self._upstream_error(chunk)
-        return self._normalise(chunk)
+        frames = self._normalise(chunk)
+        if not self._dirty and len(frames) == 1:
+            # Nothing needed fixing: the upstream's own bytes, without a JSON round trip.
+            return [b"data: " + data + b"\n\n"]
+        return frames
 
     def close(self) -> list[bytes]:
         """Upstream EOF: terminate properly, or report that the stream broke off."""
@@ -110,21 +123,23 @@ class ChatPassthroughStream:
                 else new_id()
             created = chunk.get("created")
             self._created = created if isinstance(created, int) and created > 0 else int(time.time())
-        chunk["id"] = self._id
-        chunk["object"] = "chat.completion.chunk"
-        chunk["created"] = self._created
-        chunk["model"] = self.model
+        self._set(chunk, "id", self._id)
+        self._set(chunk, "object", "chat.completion.chunk")
+        self._set(chunk, "created", self._created)
+        self._set(chunk, "model", self.model)
         choices = chunk.get("choices")
         if not isinstance(choices, list):
             chunk["choices"] = choices = []
+            self._dirty = True
         for position, choice in enumerate(choices):
             if isinstance(choice, dict):
                 self._choice(choice, position)
         raw_usage = chunk.get("usage")
         usage = usage_from_chat(raw_usage)
         if usage is None:
-            if not self.client_wants_usage:
-                chunk.pop("usage", None)
+            if not self.client_wants_usage and "usage" in chunk:
+                del chunk["usage"]
+                self._dirty = True
             return [data_frame(chunk)]
         self.usage = usage
         if not self.client_wants_usage:
@@ -137,19 +152,27 @@ class ChatPassthroughStream:
         chunk["usage"] = None
         return [data_frame(chunk), data_frame({**chunk, "choices": [], "usage": raw_usage})]
 
+    def _set(self, obj: dict[str, Any], key: str, value: Any) -> None:
+        if obj.get(key, _MISSING) != value or key not in obj:
+            obj[key] = value
+            self._dirty = True
+
     def _choice(self, choice: dict[str, Any], position: int) -> None:
         index = choice.get("index")
         if not isinstance(index, int) or isinstance(index, bool):
-            choice["index"] = index = position
+            index = position
+            self._set(choice, "index", index)
         state = self._choices.get(index)
         if state is None:
             state = self._choices[index] = _ChoiceState()
         delta = choice.get("delta")
         if not isinstance(delta, dict):
             choice["delta"] = delta = {}
+            self._dirty = True
         if "role" in delta:
             if state.role_sent or delta["role"] != "assistant":
                 del delta["role"]
+                self._dirty = True
             else:
                 state.role_sent = True
         calls = delta.get("tool_calls")
@@ -159,14 +182,15 @@ class ChatPassthroughStream:
                     self._tool_entry(entry, state)
         elif "tool_calls" in delta and calls is None:
             del delta["tool_calls"]
+            self._dirty = True
         reason = choice.get("finish_reason")
         if not reason or state.finished:
-            choice["finish_reason"] = None
+            self._set(choice, "finish_reason", None)
         else:
             state.finished = True
             self._finished_any = True
             if reason == "stop" and state.tools_seen:
-                choice["finish_reason"] = "tool_calls"
+                self._set(choice, "finish_reason", "tool_calls")
 
     def _tool_entry(self, entry: dict[str, Any], state: _ChoiceState) -> None:
         index = entry.get("index")
@@ -178,25 +202,30 @@ class ChatPassthroughStream:
                 index = max(state.tools_seen, default=-1) + 1
             else:
                 index = max(state.tools_seen)
-            entry["index"] = index
+            self._set(entry, "index", index)
         if entry.get("type") == "custom":
             state.tools_seen.add(index)
             return
         fn = entry.get("function")
         if not isinstance(fn, dict):
             entry["function"] = fn = {}
+            self._dirty = True
         if index in state.tools_seen:
             # Only the first delta of a call names it; repeats would be concatenated by clients.
-            entry.pop("id", None)
-            entry.pop("type", None)
-            fn.pop("name", None)
+            for obj, key in ((entry, "id"), (entry, "type"), (fn, "name")):
+                if key in obj:
+                    del obj[key]
+                    self._dirty = True
         else:
             state.tools_seen.add(index)
             if not call_id:
-                entry["id"] = call_id = "call_" + new_id()[9:]
+                call_id = "call_" + new_id()[9:]
+                self._set(entry, "id", call_id)
             state.tool_ids[str(call_id)] = index
-            entry["type"] = "function"
-            fn.setdefault("arguments", "")
+            self._set(entry, "type", "function")
+            if "arguments" not in fn:
+                self._set(fn, "arguments", "")
         if fn.get("arguments") is not None and not isinstance(fn["arguments"], str):
             fn["arguments"] = json.dumps(fn["arguments"], ensure_ascii=False)
+            self._dirty = True
 
