@@ -147,8 +147,26 @@ def named_frame(event: str, obj: Any) -> bytes:
     return b"event: " + event.encode("ascii") + b"\ndata: " + dumps(obj) + b"\n\n"
 
 
+def named_after_type(sse: SSEEvent) -> SSEEvent:
+    """An event that came without an `event:` line, named after its JSON `type` (the Anthropic and
+    Responses SDKs dispatch on the name, so an unnamed `message_stop` would go unseen)."""
+    if sse.event is not None:
+        return sse
+    try:
+        payload = loads(sse.data)
+    except ValueError:
+        return sse
+    kind = payload.get("type") if isinstance(payload, dict) else None
+    return SSEEvent(kind, sse.data) if isinstance(kind, str) and kind.isprintable() and kind else sse
+
+
 def event_frame(sse: SSEEvent) -> bytes:
     """An event as the Anthropic and OpenAI APIs frame it — `event: NAME`, then one `data: ` line
     per line of data, then a blank line — so a passthrough gives back the bytes it received."""
     head = f"event: {sse.event}\n".encode() if sse.event is not None else b""
-    return head + b"".join(b"data: " + line + b"\n" for line in sse.data.split(b"\n")) + b"\n"
+    data = sse.data
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:  # a sloppy server's broken character: U+FFFD, as on every other path
+        data = data.decode("utf-8", "replace").encode("utf-8")
+    return head + b"".join(b"data: " + line + b"\n" for line in data.split(b"\n")) + b"\n"

@@ -5,6 +5,7 @@ event stream, and whatever the decoder accepts, every client encoder can encode.
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -31,7 +32,11 @@ from proxy.protocols.responses.stream_decode import ResponsesStreamDecoder
 from proxy.protocols.responses.stream_encode import ResponsesStreamEncoder
 from proxy.sse import SSEParser
 
-FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# CI runs the same examples every time (a red build must mean a regression, not a lucky draw);
+# LLM_PROXY_FUZZ_EXPLORE=1 draws new ones — and more of them — to look for new failures.
+EXPLORE = bool(os.environ.get("LLM_PROXY_FUZZ_EXPLORE"))
+FUZZ = settings(max_examples=3000 if EXPLORE else 300, derandomize=not EXPLORE, deadline=None,
+                suppress_health_check=[HealthCheck.too_slow])
 
 # Field names the decoders look at, so generated documents reach deep code paths, not just the top.
 KEYS = ["model", "messages", "role", "content", "type", "text", "tool_calls", "id", "function", "name", "arguments",

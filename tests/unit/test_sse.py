@@ -59,3 +59,11 @@ def test_a_4mb_line_in_small_reads_is_scanned_once() -> None:
         # is searched for a line ending twice however many reads the line spans.
         assert parser._scan == len(parser._buf)
     assert events == [SSEEvent(None, payload)]
+
+
+def test_event_frame_gives_back_the_event_as_sent_but_never_invalid_utf8() -> None:
+    from proxy.sse import SSEEvent, event_frame
+
+    assert event_frame(SSEEvent("ping", b'{"type":"ping"}')) == b'event: ping\ndata: {"type":"ping"}\n\n'
+    assert event_frame(SSEEvent(None, b"a\nb")) == b"data: a\ndata: b\n\n"
+    assert event_frame(SSEEvent("x", b'{"t":"caf\xc3"}')) == 'event: x\ndata: {"t":"caf\ufffd"}\n\n'.encode()

@@ -22,7 +22,7 @@ from proxy.ir.response import ErrorInfo, Usage
 from proxy.protocols.messages.errors import stream_error_frame
 from proxy.protocols.messages.stream_decode import MessagesStreamDecoder
 from proxy.protocols.messages.stream_encode import PING
-from proxy.sse import SSEEvent, event_frame
+from proxy.sse import SSEEvent, event_frame, named_after_type
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,7 @@ class MessagesPassthroughStream:
     def feed(self, sse: SSEEvent) -> list[bytes]:
         if self.done:
             return []
+        sse = named_after_type(sse)
         for ev in self._watch.feed(sse):
             if isinstance(ev, Start | UsageUpdate) and ev.usage is not None:
                 self.usage = self.usage or Usage()

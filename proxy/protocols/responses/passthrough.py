@@ -19,7 +19,7 @@ from proxy.ir.response import ErrorInfo, Usage
 from proxy.protocols.chat_completions.errors import error_body
 from proxy.protocols.responses.response import failure_code, new_id
 from proxy.protocols.responses.stream_decode import ResponsesStreamDecoder
-from proxy.sse import SSEEvent, event_frame, loads, named_frame
+from proxy.sse import SSEEvent, event_frame, loads, named_after_type, named_frame
 
 TERMINAL_EVENTS = ("response.completed", "response.incomplete", "response.failed")
 
@@ -37,6 +37,7 @@ class ResponsesPassthroughStream:
     def feed(self, sse: SSEEvent) -> list[bytes]:
         if self.done:
             return []
+        sse = named_after_type(sse)
         self._note(sse)
         if self._errored:  # after the upstream's `error`, relay what follows until its terminal event
             self.done = sse.event in TERMINAL_EVENTS
