@@ -1,0 +1,665 @@
+"""The benchmark suite, in one command:
+
+    python bench/run.py [--quick] [--trials N] [--compare-url URL --compare-key KEY [--compare-pid PID]]
+
+Owns the orchestration: starts the mock upstream (bench/mock_upstream.py) and the proxy
+(gunicorn -c gunicorn.conf.py, one gevent worker) the way the tests do — each handed an already
+listening socket — pins the proxy to core 0 and the mock and the load generator (bench/loadgen.py)
+to core 1, runs every scenario through the proxy and the same load straight to the mock, reads the
+proxy's CPU time and RSS from /proc around each run, and writes bench/results/<UTC date>-<time>.md
+(the tables, with the targets next to the figures) and a .raw.json beside it (every summary and
+every request's record; gitignored).
+
+Scenarios, for each client → upstream pair (same-protocol passthrough for all three client
+protocols, plus Messages and Responses clients over the Chat upstream):
+  * streams of 50 deltas (~20 B each) at 20 ms, concurrency 1, 10, 100, 500 (--quick: no 500);
+  * 1-delta streams at concurrency 100, so that proxy CPU = a·requests + b·chunks can be solved
+    against the 50-delta streams at the same concurrency (a: µs per request, b: µs per chunk);
+  * non-streamed ~200-byte answers at concurrency 1, 16, 64 for a fixed time (requests/s);
+  * a tool-call stream (50 argument fragments at 20 ms, concurrency 10);
+  * once per trial, on a freshly started proxy: 1,000 idle streams (a delta every 5 s, 3 each)
+    open at once — none may stall, and the RSS they add is divided among them.
+Each trial restarts the proxy; figures are medians over trials with the min-max spread.
+--quick runs one trial (unless --trials is given) of a shorter set and takes about 3 minutes.
+
+--compare-url runs the same scenarios against another proxy you started yourself, in front of
+this run's mock: fix the mock's port with --mock-port P and route models chat-* to an OpenAI-Chat
+upstream, claude-* to an Anthropic one and resp-* to a Responses one, all at
+http://127.0.0.1:P/v1. Its CPU and RSS are read only if you give --compare-pid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import os
+import platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+RESULTS = BENCH / "results"
+CLIENT_KEY = "sk-bench-client"
+DASH = "\u2013"  # en dash, as in "median (min-max)"
+TICK = os.sysconf("SC_CLK_TCK")
+PROXY_CORE, LOAD_CORE = (0, 1) if (os.cpu_count() or 1) >= 2 else (0, 0)
+
+# client protocol → upstream protocol; the model name picks the upstream.
+PAIRS = [("chat", "openai"), ("messages", "anthropic"), ("responses", "responses"),
+         ("messages", "openai"), ("responses", "openai")]
+MODELS = {"openai": "chat-bench", "anthropic": "claude-bench", "responses": "resp-bench"}
+PASSTHROUGH = {("chat", "openai"), ("messages", "anthropic"), ("responses", "responses")}
+
+# Targets (see the task that asked for this suite).
+NONSTREAM_CPU_MS = 1.0
+NONSTREAM_RPS = 1000
+CHUNK_CPU_US = {"pass": 50.0, "xlat": 80.0}
+TTFT_OVERHEAD_MS = {1: 2.0, 10: 2.0, 100: 5.0}
+C500_DELAY_P99_MS = 50.0
+IDLE_KIB_PER_STREAM = 48.0
+
+
+# ---------------------------------------------------------------- processes
+
+def pinned(core: int) -> Callable[[], None]:
+    """preexec_fn that pins a child (and everything it forks, e.g. gunicorn's worker) to a core."""
+    return lambda: os.sched_setaffinity(0, {core})
+
+
+def listening_socket(port: int = 0) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    sock.listen(4096)  # 1,000 streams connect at once
+    sock.set_inheritable(True)
+    return sock
+
+
+def start_mock(port: int) -> tuple[subprocess.Popen[bytes], int]:
+    sock = listening_socket(port)
+    proc = subprocess.Popen([sys.executable, str(BENCH / "mock_upstream.py"), "--fd", str(sock.fileno()),
+                             "--parent-pid", str(os.getpid())], pass_fds=[sock.fileno()], cwd=ROOT,
+                            preexec_fn=pinned(LOAD_CORE))
+    port = sock.getsockname()[1]
+    sock.close()
+    return proc, port
+
+
+def proxy_config(mock_url: str, tmp: Path) -> dict[str, Any]:
+    def upstream(protocol: str, pattern: str) -> dict[str, Any]:
+        return {"name": f"mock-{protocol}", "protocol": protocol, "base_url": mock_url,
+                "models": {"serve": [pattern]},
+                "accounts": [{"id": f"{protocol}-{i}", "api_key": f"sk-dummy-{protocol}-{i}"} for i in (1, 2)]}
+
+    return {"client_keys": [CLIENT_KEY], "log_level": "warning", "state_path": str(tmp / "state.db"),
+            "upstreams": [upstream("openai", "chat-*"), upstream("anthropic", "claude-*"),
+                          upstream("responses", "resp-*")]}
+
+
+@dataclass
+class Proxy:
+    process: subprocess.Popen[bytes]
+    url: str
+    log_path: Path
+
+
+def start_proxy(mock_url: str, tmp: Path) -> Proxy:
+    config = tmp / "config.yaml"
+    config.write_text(yaml.safe_dump(proxy_config(mock_url, tmp)))
+    sock = listening_socket()
+    env = {**os.environ, "LLM_PROXY_CONFIG": str(config), "LLM_PROXY_WORKERS": "1",
+           "LLM_PROXY_ACCESS_LOG": "/dev/null", "LLM_PROXY_GUNICORN_LOG_LEVEL": "warning"}
+    log_path = tmp / f"proxy-{time.time_ns()}.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "-c", str(ROOT / "gunicorn.conf.py"), "--bind",
+             f"fd://{sock.fileno()}", "proxy.wsgi:app"],
+            pass_fds=[sock.fileno()], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+            preexec_fn=pinned(PROXY_CORE))
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    sock.close()
+    # The first request waits in the accept queue until the worker is up: no polling needed.
+    req = urllib.request.Request(f"{url}/v1/models", headers={"Authorization": f"Bearer {CLIENT_KEY}"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            resp.read()
+    except OSError as exc:
+        stop(proc)
+        sys.exit(f"the proxy did not start ({exc}); its log:\n{log_path.read_text(errors='replace')[-3000:]}")
+    return Proxy(proc, url, log_path)
+
+
+def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGINT) -> None:
+    if proc.poll() is not None:
+        return
+    proc.send_signal(sig)
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+# ---------------------------------------------------------------- /proc
+
+def process_tree(pid: int) -> list[int]:
+    """pid and its children (gunicorn master and worker)."""
+    pids = [pid]
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                pids += [int(p) for p in f.read().split()]
+    except OSError:
+        pass
+    return pids
+
+
+def cpu_seconds(pids: Iterable[int]) -> float:
+    """utime + stime of each process (not its children), clock ticks → seconds."""
+    ticks = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])
+        except (OSError, IndexError):
+            pass
+    return ticks / TICK
+
+
+def rss_kib(pids: Iterable[int]) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                total += next((int(line.split()[1]) for line in f if line.startswith("VmRSS:")), 0)
+        except OSError:
+            pass
+    return total
+
+
+# ---------------------------------------------------------------- targets and scenarios
+
+@dataclass
+class Target:
+    name: str
+    url: str
+    key: str
+    pid: int | None  # root of the process tree whose CPU and RSS are read
+    idle_cpu_rate: float = 0.0  # CPU seconds per second the target burns doing nothing
+
+    def pids(self) -> list[int]:
+        return process_tree(self.pid) if self.pid else []
+
+
+@dataclass(frozen=True)
+class Scenario:
+    kind: str  # stream | stream1 | nonstream | tool | idle
+    client: str
+    upstream: str
+    concurrency: int
+    stream: bool = True
+    chunks: int = 50
+    interval_ms: float = 20
+    requests_per_conn: int = 1
+    duration: float | None = None
+    direct: bool = False  # also send the same load straight to the mock
+    stall_s: float = 2.0
+    ramp_s: float = 0.0  # first requests spread over this long (see loadgen.run)
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}|{self.client}|{self.upstream}|c{self.concurrency}"
+
+    @property
+    def direct_key(self) -> str:
+        return f"{self.kind}|{self.client}|direct|c{self.concurrency}"
+
+
+def scenarios(quick: bool) -> list[Scenario]:
+    """The run order. Idle streams come first, while the proxy's memory is fresh."""
+    # All 1,000 open within 2 s — well inside the 5 s between deltas, so all are open at once.
+    out = [Scenario("idle", "chat", "openai", 1000, chunks=3, interval_ms=5000, stall_s=7.0, ramp_s=2.0)]
+    levels = {1: 3, 10: 2, 100: 2} if quick else {1: 5, 10: 3, 100: 2, 500: 1}  # c → requests per connection
+    nonstream_s = 1.5 if quick else 3.0
+    for client, upstream in PAIRS:
+        for c, n in levels.items():
+            # Starts spread over one stream's length: a steady state of c open streams.
+            out.append(Scenario("stream", client, upstream, c, requests_per_conn=n, direct=True, ramp_s=1.0))
+        out.append(Scenario("stream1", client, upstream, 100, chunks=1, requests_per_conn=10))
+        for c in (1, 16, 64):
+            out.append(Scenario("nonstream", client, upstream, c, stream=False, chunks=0, duration=nonstream_s,
+                                direct=c == 16))
+        out.append(Scenario("tool", client, upstream, 10, requests_per_conn=1 if quick else 2, direct=True,
+                            ramp_s=1.0))
+    return out
+
+
+def pair_label(client: str, upstream: str) -> str:
+    mode = "pass" if (client, upstream) in PASSTHROUGH else "xlat"
+    return f"{client} → {upstream} ({mode})"
+
+
+# ---------------------------------------------------------------- running one load
+
+def loadgen_command(url: str, key: str, sc: Scenario, model: str | None, out: Path, raw: Path) -> list[str]:
+    cmd = [sys.executable, str(BENCH / "loadgen.py"), "--url", url, "--key", key, "--protocol", sc.client,
+           "--concurrency", str(sc.concurrency), "--chunks", str(sc.chunks), "--interval-ms", str(sc.interval_ms),
+           "--stall-s", str(sc.stall_s), "--ramp-s", str(sc.ramp_s), "--out", str(out), "--raw", str(raw)]
+    if model:
+        cmd += ["--model", model]
+    if not sc.stream:
+        cmd.append("--no-stream")
+    if sc.kind == "tool":
+        cmd.append("--tool")
+    cmd += ["--duration", str(sc.duration)] if sc.duration else ["--requests-per-conn", str(sc.requests_per_conn)]
+    return cmd
+
+
+def run_load(target: Target | None, url: str, key: str, sc: Scenario, model: str | None,
+             tmp: Path) -> dict[str, Any]:
+    """One loadgen run; around it, the target's CPU and RSS (sampled for the peak while it runs)."""
+    out, raw = tmp / "summary.json", tmp / "records.json"
+    pids = target.pids() if target else []
+    rss_before, cpu_before = rss_kib(pids), cpu_seconds(pids)
+    started = time.monotonic()
+    proc = subprocess.Popen(loadgen_command(url, key, sc, model, out, raw), cwd=ROOT, preexec_fn=pinned(LOAD_CORE))
+    peak = rss_before
+    while proc.poll() is None:
+        time.sleep(0.2)
+        peak = max(peak, rss_kib(pids))
+    wall = time.monotonic() - started
+    if proc.returncode != 0:
+        return {"failed": f"loadgen exited with {proc.returncode}", "wall_s": wall}
+    result: dict[str, Any] = {"summary": json.loads(out.read_text()), "wall_s": round(wall, 3)}
+    if sc.stream:  # non-streamed runs are tens of thousands of one-read requests: the summary says it all
+        result["records"] = json.loads(raw.read_text())
+    if pids:
+        cpu = cpu_seconds(pids) - cpu_before - (target.idle_cpu_rate if target else 0) * wall
+        result.update(cpu_s=round(max(cpu, 0.0), 4), rss_before_kib=rss_before, rss_after_kib=rss_kib(pids),
+                      rss_peak_kib=peak, pids=pids)
+    return result
+
+
+def measure_idle_rate(target: Target, seconds: float = 1.5) -> float:
+    pids = target.pids()
+    before = cpu_seconds(pids)
+    time.sleep(seconds)
+    return (cpu_seconds(pids) - before) / seconds
+
+
+def warm_up(target: Target, tmp: Path) -> None:
+    """A few requests of every pair, streamed and not, so lazy imports and pools are warm."""
+    for client, upstream in PAIRS:
+        for stream in (True, False):
+            sc = Scenario("warmup", client, upstream, 4, stream=stream, chunks=3 if stream else 0,
+                          interval_ms=1, requests_per_conn=3)
+            run_load(None, target.url, target.key, sc, MODELS[upstream], tmp)
+
+
+# ---------------------------------------------------------------- the suite
+
+@dataclass
+class Results:
+    runs: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, trial: int, target: str, key: str, result: dict[str, Any]) -> None:
+        self.runs.append({"trial": trial, "target": target, "key": key, **result})
+
+    def get(self, target: str, key: str) -> list[dict[str, Any]]:
+        return [r for r in self.runs if r["target"] == target and r["key"] == key and "summary" in r]
+
+
+def progress(target: str, sc: Scenario, res: dict[str, Any]) -> None:
+    if "summary" not in res:
+        print(f"  {target:8} {sc.key:32} FAILED: {res.get('failed')}", flush=True)
+        return
+    s = res["summary"]
+    cpu = f" cpu {res['cpu_s']:.2f}s" if "cpu_s" in res else ""
+    print(f"  {target:8} {sc.key:32} n={s['requests']:<5} err={s['errors']:<3} stall={s['stalls']:<3} "
+          f"ttft p50 {fmt(s['ttft_ms']['p50'])} ms  delay p99 {fmt(s['delay_ms']['p99'])} ms  "
+          f"rps {fmt(s['rps'])}{cpu}  ({res['wall_s']:.1f}s)", flush=True)
+
+
+def run_trial(trial: int, args: argparse.Namespace, mock_url: str, mock_root: str, results: Results,
+              tmp: Path) -> None:
+    proxy = start_proxy(mock_url, tmp)
+    targets = [Target("proxy", proxy.url, CLIENT_KEY, proxy.process.pid)]
+    if args.compare_url:
+        targets.append(Target("compare", args.compare_url.rstrip("/"), args.compare_key, args.compare_pid))
+    try:
+        for target in targets:
+            warm_up(target, tmp)
+            target.idle_cpu_rate = measure_idle_rate(target) if target.pid else 0.0
+        results.runs.append({"trial": trial, "target": "proxy", "key": "start",
+                             "rss_kib": rss_kib(targets[0].pids()), "idle_cpu_rate": targets[0].idle_cpu_rate})
+        done_direct: set[str] = set()
+        for sc in scenarios(args.quick):
+            for target in targets:
+                res = run_load(target, target.url, target.key, sc, MODELS[sc.upstream], tmp)
+                results.add(trial, target.name, sc.key, res)
+                progress(target.name, sc, res)
+            if sc.direct and sc.direct_key not in done_direct:
+                # The mock answers every protocol itself, so the client's own protocol goes straight to it.
+                done_direct.add(sc.direct_key)
+                res = run_load(None, mock_root, "sk-direct", sc, None, tmp)
+                results.add(trial, "direct", sc.direct_key, res)
+                progress("direct", sc, res)
+        results.runs.append({"trial": trial, "target": "proxy", "key": "end", "rss_kib": rss_kib(targets[0].pids()),
+                             "log_problems": log_problems(proxy.log_path)})
+    finally:
+        stop(proxy.process)
+
+
+def log_problems(path: Path) -> list[str]:
+    words = ("Traceback", "ERROR", "CRITICAL", "Error", "WORKER TIMEOUT")
+    return [ln for ln in path.read_text(errors="replace").splitlines() if any(w in ln for w in words)][:20]
+
+
+# ---------------------------------------------------------------- aggregation
+
+def fmt(v: float | None, digits: int = 2) -> str:
+    if v is None:
+        return "—"
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    return f"{v:.{digits}f}"
+
+
+def spread(values: list[float], digits: int = 2) -> str:
+    """Median, with (min-max) when there were several trials."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return "—"
+    med = statistics.median(values)
+    if len(values) == 1:
+        return fmt(med, digits)
+    return f"{fmt(med, digits)} ({fmt(min(values), digits)}{DASH}{fmt(max(values), digits)})"
+
+
+def med(values: list[float]) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def pick(runs: list[dict[str, Any]], *path: str) -> list[Any]:
+    out = []
+    for r in runs:
+        v: Any = r
+        for p in path:
+            v = v.get(p) if isinstance(v, dict) else None
+        out.append(v)
+    return out
+
+
+def mark(ok: bool | None) -> str:
+    return "—" if ok is None else ("✅" if ok else "❌")
+
+
+def fit_cpu(one: dict[str, Any], many: dict[str, Any]) -> tuple[float, float] | None:
+    """Solve cpu = a·requests + b·chunks from a 1-chunk and a 50-chunk run (µs per request, per chunk)."""
+    r1, k1, c1 = one["summary"]["requests"], one["summary"]["deltas"], one.get("cpu_s")
+    r2, k2, c2 = many["summary"]["requests"], many["summary"]["deltas"], many.get("cpu_s")
+    det = r1 * k2 - r2 * k1
+    if c1 is None or c2 is None or det == 0:
+        return None
+    a = (c1 * k2 - k1 * c2) / det
+    b = (r1 * c2 - c1 * r2) / det
+    return a * 1e6, b * 1e6
+
+
+# ---------------------------------------------------------------- report
+
+def machine() -> list[str]:
+    model = "unknown CPU"
+    with contextlib.suppress(OSError, StopIteration), open("/proc/cpuinfo") as f:
+        model = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
+
+    def version(pkg: str) -> str:
+        try:
+            return metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "proxy"], cwd=ROOT, capture_output=True, text=True)
+    return [f"- CPU: {model}, {os.cpu_count()} cores; kernel {platform.release()}",
+            f"- Python {platform.python_version()}, gevent {version('gevent')}, gunicorn {version('gunicorn')}, "
+            f"Flask {version('flask')}, requests {version('requests')}",
+            f"- proxy code: commit {commit.stdout.strip() or '?'}"
+            f"{' + uncommitted changes in proxy/' if dirty.stdout.strip() else ''}",
+            f"- pinning: proxy (gunicorn master + 1 gevent worker) on core {PROXY_CORE}; "
+            f"mock upstream and load generator on core {LOAD_CORE}"]
+
+
+class Report:
+    def __init__(self, results: Results, targets: list[str]) -> None:
+        self.r = results
+        self.targets = targets
+        self.lines: list[str] = []
+
+    def table(self, title: str, note: str, header: list[str], rows: list[list[str]]) -> None:
+        self.lines += ["", f"### {title}", ""]
+        if note:
+            self.lines += [note, ""]
+        self.lines.append("| " + " | ".join(header) + " |")
+        self.lines.append("|" + "|".join("---" for _ in header) + "|")
+        self.lines += ["| " + " | ".join(row) + " |" for row in rows]
+
+    def streaming(self, levels: list[int]) -> None:
+        rows = []
+        for client, upstream in PAIRS:
+            for c in levels:
+                sc = Scenario("stream", client, upstream, c)
+                direct = self.r.get("direct", sc.direct_key)
+                for t in self.targets:
+                    rows.append(self.stream_row(t, sc, direct))
+        self.table("Streaming: 50 deltas of ~20 B at 20 ms",
+                   "Connections start spread over 1 s (one stream's length), so c streams are open at a time. "
+                   "TTFT = request sent → first byte of the first event; overhead = through the target minus "
+                   "straight to the mock, same run. Delay = arrival minus the mock's send timestamp in each delta. "
+                   f"Targets: TTFT overhead p50 ≤ {TTFT_OVERHEAD_MS[1]:g} ms at c=1 and c=10, "
+                   f"≤ {TTFT_OVERHEAD_MS[100]:g} ms at c=100; c=500: no errors and delay p99 "
+                   f"≤ {C500_DELAY_P99_MS:g} ms.",
+                   ["pair", "c", "target", "TTFT p50 ms", "direct p50", "overhead p50", "TTFT p99 ms", "direct p99",
+                    "overhead p99", "delay p50 ms", "delay p99 ms", "delay max ms", "errors", "stalls",
+                    "CPU s", "goal", "ok"], rows)
+
+    def stream_row(self, target: str, sc: Scenario, direct: list[dict[str, Any]]) -> list[str]:
+        runs = self.r.get(target, sc.key)
+        d50, d99 = med(pick(direct, "summary", "ttft_ms", "p50")), med(pick(direct, "summary", "ttft_ms", "p99"))
+        p50, p99 = pick(runs, "summary", "ttft_ms", "p50"), pick(runs, "summary", "ttft_ms", "p99")
+        over50 = [v - d50 for v in p50 if v is not None and d50 is not None]
+        over99 = [v - d99 for v in p99 if v is not None and d99 is not None]
+        errors, delay99 = pick(runs, "summary", "errors"), pick(runs, "summary", "delay_ms", "p99")
+        if sc.concurrency in TTFT_OVERHEAD_MS:
+            goal = f"overhead p50 ≤ {TTFT_OVERHEAD_MS[sc.concurrency]:g} ms"
+            ok = None if med(over50) is None else med(over50) <= TTFT_OVERHEAD_MS[sc.concurrency]
+        else:
+            goal = f"0 errors, delay p99 ≤ {C500_DELAY_P99_MS:g} ms"
+            ok = None if not runs else (max(errors) == 0 and (med(delay99) or 0) <= C500_DELAY_P99_MS)
+        return [pair_label(sc.client, sc.upstream), str(sc.concurrency), target, spread(p50), fmt(d50), spread(over50),
+                spread(p99), fmt(d99), spread(over99), spread(pick(runs, "summary", "delay_ms", "p50")),
+                spread(delay99), spread(pick(runs, "summary", "delay_ms", "max")), spread(errors, 0),
+                spread(pick(runs, "summary", "stalls"), 0), spread(pick(runs, "cpu_s")), goal, mark(ok)]
+
+    def cpu_fit(self) -> None:
+        rows = []
+        for client, upstream in PAIRS:
+            mode = "pass" if (client, upstream) in PASSTHROUGH else "xlat"
+            for t in self.targets:
+                ones = {r["trial"]: r for r in self.r.get(t, Scenario("stream1", client, upstream, 100).key)}
+                manys = {r["trial"]: r for r in self.r.get(t, Scenario("stream", client, upstream, 100).key)}
+                fits = [f for k in ones if k in manys and (f := fit_cpu(ones[k], manys[k]))]
+                a, b = [f[0] for f in fits], [f[1] for f in fits]
+                ok = None if not b else med(b) <= CHUNK_CPU_US[mode]
+                rows.append([pair_label(client, upstream), t, spread(a, 0), spread(b, 1),
+                             spread(pick(list(ones.values()), "cpu_s")), spread(pick(list(manys.values()), "cpu_s")),
+                             f"b ≤ {CHUNK_CPU_US[mode]:g} µs", mark(ok)])
+        self.table("Proxy CPU: fixed cost per request (a) and per relayed chunk (b)",
+                   "Fit of CPU = a·requests + b·chunks over 1-delta and 50-delta streams at c=100 (the target's "
+                   "utime+stime from /proc, master + worker, minus its idle rate). Targets: passthrough "
+                   f"b ≤ {CHUNK_CPU_US['pass']:g} µs, translated b ≤ {CHUNK_CPU_US['xlat']:g} µs.",
+                   ["pair", "target", "a µs/request", "b µs/chunk", "CPU s (1-delta run)", "CPU s (50-delta run)",
+                    "goal", "ok"], rows)
+
+    def nonstream(self) -> None:
+        rows = []
+        for client, upstream in PAIRS:
+            for c in (1, 16, 64):
+                sc = Scenario("nonstream", client, upstream, c)
+                direct = self.r.get("direct", sc.direct_key)
+                for t in self.targets:
+                    runs = self.r.get(t, sc.key)
+                    rps = pick(runs, "summary", "rps")
+                    cpu_ms = [r["cpu_s"] * 1000 / r["summary"]["requests"] for r in runs
+                              if r.get("cpu_s") is not None and r["summary"]["requests"]]
+                    goal, ok = "—", None
+                    if c == 16:
+                        goal = f"≤ {NONSTREAM_CPU_MS:g} ms CPU/req, ≥ {NONSTREAM_RPS:,} req/s"
+                        if runs:
+                            ok = (med(cpu_ms) is None or med(cpu_ms) <= NONSTREAM_CPU_MS) and \
+                                (med(rps) or 0) >= NONSTREAM_RPS
+                    rows.append([pair_label(client, upstream), str(c), t, spread(rps, 0),
+                                 fmt(med(pick(direct, "summary", "rps")), 0) if direct else "—", spread(cpu_ms, 3),
+                                 spread(pick(runs, "summary", "latency_ms", "p50")),
+                                 spread(pick(runs, "summary", "latency_ms", "p99")),
+                                 spread(pick(runs, "summary", "errors"), 0), goal, mark(ok)])
+        self.table("Non-streaming: ~200-byte answers, closed loop for a fixed time",
+                   "", ["pair", "c", "target", "req/s", "direct req/s", "CPU ms/request", "latency p50 ms",
+                        "latency p99 ms", "errors", "goal", "ok"], rows)
+
+    def idle(self) -> None:
+        rows = []
+        sc = scenarios(True)[0]
+        for t in self.targets:
+            runs = self.r.get(t, sc.key)
+            opened = [r["summary"]["ttft_ms"]["n"] for r in runs]
+            per_stream = [(r["rss_peak_kib"] - r["rss_before_kib"]) / sc.concurrency
+                          for r in runs if "rss_peak_kib" in r]
+            stalls, errors = pick(runs, "summary", "stalls"), pick(runs, "summary", "errors")
+            ok = None if not runs else (min(opened) == sc.concurrency and max(stalls) == 0 and max(errors) == 0
+                                        and (med(per_stream) or 0) <= IDLE_KIB_PER_STREAM)
+            rows.append([t, str(sc.concurrency), spread(opened, 0), spread(stalls, 0), spread(errors, 0),
+                         spread([r["rss_before_kib"] / 1024 for r in runs if "rss_before_kib" in r], 1),
+                         spread([r["rss_peak_kib"] / 1024 for r in runs if "rss_peak_kib" in r], 1),
+                         spread(per_stream, 1), spread(pick(runs, "summary", "delay_ms", "p99")),
+                         f"all open, 0 stalled, ≤ {IDLE_KIB_PER_STREAM:g} KiB/stream", mark(ok)])
+        self.table("1,000 idle streams open at once (one delta every 5 s, 3 each; chat → openai)",
+                   "Opened within 2 s. Stalled = a gap of more than 7 s (the 5 s interval + 2 s) between reads. "
+                   "RSS is the proxy's "
+                   "(master + worker), sampled every 0.2 s; per stream = (peak - before) / 1,000, on a freshly "
+                   "started proxy.",
+                   ["target", "streams", "opened", "stalled", "errors", "RSS before MiB", "RSS peak MiB",
+                    "KiB per stream", "delay p99 ms", "goal", "ok"], rows)
+
+    def tool(self) -> None:
+        rows = []
+        for client, upstream in PAIRS:
+            sc = Scenario("tool", client, upstream, 10)
+            direct = self.r.get("direct", sc.direct_key)
+            d50 = med(pick(direct, "summary", "ttft_ms", "p50"))
+            for t in self.targets:
+                runs = self.r.get(t, sc.key)
+                p50 = pick(runs, "summary", "ttft_ms", "p50")
+                rows.append([pair_label(client, upstream), t, spread(p50), fmt(d50),
+                             spread([v - d50 for v in p50 if v is not None and d50 is not None]),
+                             spread(pick(runs, "summary", "delay_ms", "p50")),
+                             spread(pick(runs, "summary", "delay_ms", "p99")),
+                             spread(pick(runs, "summary", "deltas"), 0), spread(pick(runs, "summary", "errors"), 0),
+                             spread(pick(runs, "summary", "stalls"), 0)])
+        self.table("Tool-call stream: 50 argument fragments at 20 ms, c=10", "",
+                   ["pair", "target", "TTFT p50 ms", "direct p50", "overhead p50", "delay p50 ms", "delay p99 ms",
+                    "fragments seen", "errors", "stalls"], rows)
+
+    def memory(self) -> None:
+        start = [r for r in self.r.runs if r["key"] == "start"]
+        end = [r for r in self.r.runs if r["key"] == "end"]
+        rows = [[str(s["trial"] + 1), fmt(s["rss_kib"] / 1024, 1),
+                 fmt(next((e["rss_kib"] / 1024 for e in end if e["trial"] == s["trial"]), None), 1),
+                 fmt(s["idle_cpu_rate"] * 1000, 1),
+                 str(len(next((e["log_problems"] for e in end if e["trial"] == s["trial"]), [])))] for s in start]
+        self.table("Proxy per trial", "RSS = master + worker after warm-up (before) and after the last scenario.",
+                   ["trial", "RSS before MiB", "RSS after MiB", "idle CPU ms/s", "error lines in proxy log"], rows)
+
+
+def write_report(results: Results, args: argparse.Namespace, started: dt.datetime, elapsed: float,
+                 targets: list[str]) -> str:
+    rep = Report(results, targets)
+    trials = len({r["trial"] for r in results.runs})
+    rep.lines += [f"# llm-proxy benchmark — {started:%Y-%m-%d %H:%M} UTC", "",
+                  f"`python bench/run.py{' --quick' if args.quick else ''} --trials {trials}` — "
+                  f"{trials} trial(s), {elapsed / 60:.1f} min. Figures are medians over trials, "
+                  f"(min{DASH}max) when there were several.", "", *machine()]
+    rep.streaming([1, 10, 100] if args.quick else [1, 10, 100, 500])
+    if args.quick:
+        rep.lines += ["", "(c=500 is not run with --quick.)"]
+    rep.cpu_fit()
+    rep.nonstream()
+    rep.idle()
+    rep.tool()
+    rep.memory()
+    return "\n".join(rep.lines) + "\n"
+
+
+# ---------------------------------------------------------------- main
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="shorter scenarios, no c=500, one trial by default")
+    parser.add_argument("--trials", type=int, help="default 3 (1 with --quick)")
+    parser.add_argument("--mock-port", type=int, default=0, help="fixed port for the mock (for --compare-url)")
+    parser.add_argument("--compare-url", help="another proxy to run the same scenarios against")
+    parser.add_argument("--compare-key", default=CLIENT_KEY, help="client key for --compare-url")
+    parser.add_argument("--compare-pid", type=int, help="its root process, for CPU and RSS")
+    args = parser.parse_args()
+    if args.trials is None:
+        args.trials = 1 if args.quick else 3
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    os.sched_setaffinity(0, {LOAD_CORE})  # the orchestrator mostly sleeps, but keep it off the proxy's core
+    started = dt.datetime.now(dt.UTC)
+    t0 = time.monotonic()
+    RESULTS.mkdir(exist_ok=True)
+    stem = RESULTS / f"{started:%Y-%m-%d-%H%M%S}"
+    results = Results()
+    mock, port = start_mock(args.mock_port)
+    mock_root = f"http://127.0.0.1:{port}"
+    print(f"mock upstream at {mock_root}/v1; proxy on core {PROXY_CORE}, load on core {LOAD_CORE}", flush=True)
+    try:
+        with tempfile.TemporaryDirectory(prefix="llm-proxy-bench-") as tmp:
+            for trial in range(args.trials):
+                print(f"trial {trial + 1}/{args.trials}", flush=True)
+                run_trial(trial, args, f"{mock_root}/v1", mock_root, results, Path(tmp))
+    finally:
+        stop(mock, signal.SIGTERM)
+    elapsed = time.monotonic() - t0
+    targets = ["proxy"] + (["compare"] if args.compare_url else [])
+    report = write_report(results, args, started, elapsed, targets)
+    Path(f"{stem}.md").write_text(report)
+    Path(f"{stem}.raw.json").write_text(json.dumps({"args": vars(args), "runs": results.runs}))
+    print(report)
+    print(f"wrote {stem}.md and {stem}.raw.json ({elapsed:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
