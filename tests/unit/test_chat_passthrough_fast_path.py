@@ -43,3 +43,10 @@ def test_invalid_utf8_is_replaced_not_passed_on() -> None:
     broken = raw.replace(b"caf\\u00e9", b"caf\xc3")
     (frame, *_rest) = relay(broken)
     assert json.loads(frame[6:])["choices"][0]["delta"]["content"] == "caf\ufffd"
+
+
+def test_only_the_model_name_is_swapped_in_place() -> None:
+    compact = ('data: {"id":"chatcmpl-abc","object":"chat.completion.chunk","created":1700000000,'
+               '"model":"gpt-x-2025-01-01","choices":[{"index":0,"delta":{"content":"a"},"finish_reason":null}]}\n\n')
+    (frame, *_rest) = relay(compact.encode(), model="gpt-x")
+    assert frame == compact.replace('"gpt-x-2025-01-01"', '"gpt-x"').encode()

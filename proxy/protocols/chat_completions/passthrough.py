@@ -29,6 +29,15 @@ from proxy.sse import DONE_FRAME, KEEPALIVE_COMMENT, SSEEvent, data_frame
 _MISSING = object()
 
 
+def _swap_model(data: bytes, old: str, new: str) -> bytes | None:
+    """The chunk's bytes with its model name replaced, when the name appears exactly once in the
+    compact form servers write; None (write the chunk anew) otherwise."""
+    before = b'"model":' + json.dumps(old, ensure_ascii=False).encode()
+    if data.count(before) != 1:
+        return None
+    return data.replace(before, b'"model":' + json.dumps(new, ensure_ascii=False).encode())
+
+
 class _ChoiceState:
     __slots__ = ("finished", "role_sent", "tool_ids", "tools_seen")
 
@@ -52,6 +61,7 @@ class ChatPassthroughStream:
         self._finished_any = False
         self._started = False
         self._dirty = False  # the chunk being relayed was changed, so it must be written anew
+        self._model_from: str | None = None  # the upstream's model name in this chunk, to be replaced
 
     def feed(self, sse: SSEEvent) -> list[bytes]:
         if self.done:
@@ -79,8 +89,11 @@ class ChatPassthroughStream:
             return self._upstream_error(chunk)
         frames = self._normalise(chunk)
         if not self._dirty and len(frames) == 1:
-            # Nothing needed fixing: the upstream's own bytes, without a JSON round trip.
-            return [b"data: " + data + b"\n\n"]
+            # Nothing needed fixing: the upstream's own bytes, without a JSON round trip — except,
+            # commonly, the model name (upstreams answer with a dated one), swapped in place.
+            raw = data if self._model_from is None else _swap_model(data, self._model_from, self.model)
+            if raw is not None:
+                return [b"data: " + raw + b"\n\n"]
         return frames
 
     def close(self) -> list[bytes]:
@@ -126,7 +139,13 @@ class ChatPassthroughStream:
         self._set(chunk, "id", self._id)
         self._set(chunk, "object", "chat.completion.chunk")
         self._set(chunk, "created", self._created)
-        self._set(chunk, "model", self.model)
+        upstream_model = chunk.get("model")
+        self._model_from = None
+        if isinstance(upstream_model, str) and upstream_model != self.model:
+            self._model_from = upstream_model  # the only change to many chunks: see feed()
+            chunk["model"] = self.model
+        elif upstream_model != self.model:
+            self._set(chunk, "model", self.model)
         choices = chunk.get("choices")
         if not isinstance(choices, list):
             chunk["choices"] = choices = []
@@ -145,6 +164,7 @@ class ChatPassthroughStream:
         if not self.client_wants_usage:
             # We asked for usage on the client's behalf: keep it from the client.
             del chunk["usage"]
+            self._dirty = True
             return [data_frame(chunk)] if choices else []
         if not choices:
             return [data_frame(chunk)]
