@@ -36,6 +36,17 @@ KIND_STATUS = {
 }
 
 
+# Upstream error `type` strings → kinds. OpenAI and Anthropic share most names; an in-band stream
+# error carries no HTTP status, so its type is all a decoder has to go on.
+KIND_FOR_ERROR_TYPE = {
+    "invalid_request_error": "invalid_request", "authentication_error": "authentication",
+    "billing_error": "billing", "insufficient_quota": "billing", "permission_error": "permission",
+    "not_found_error": "not_found", "request_too_large": "request_too_large",
+    "rate_limit_error": "rate_limit", "api_error": "api_error", "server_error": "api_error",
+    "timeout_error": "timeout", "overloaded_error": "overloaded",
+}
+
+
 def kind_for_status(status: int) -> str:
     for kind, kind_status in KIND_STATUS.items():
         if kind_status == status:

@@ -1,10 +1,11 @@
-"""The stream relay contract the streaming engine drives, and its translating implementation.
+"""The stream relay contract the streaming engine drives, and its two shared implementations.
 
 Owns the seam between IO and translation: the engine hands each upstream SSE event to a
 `StreamRelay` and yields the frames it returns. A relay is either a protocol's passthrough
-(same protocol both sides) or a `Translation` — an upstream decoder feeding a client encoder
-through the internal events. Both expose what the relay loop needs afterwards: usage for
-accounting and whether (and how) the stream failed.
+(same protocol both sides; `WatchedPassthrough` serves the protocols with named events) or a
+`Translation` — an upstream decoder feeding a client encoder through the internal events. Each
+exposes what the relay loop needs afterwards: usage for accounting and whether (and how) the
+stream failed.
 Pure: must not import Flask or requests.
 """
 
@@ -12,9 +13,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from proxy.ir.events import Event, Failure, Start, UsageUpdate
+from proxy.ir.events import Event, Failure, Finish, Start, UsageUpdate
 from proxy.ir.response import ErrorInfo, Usage
-from proxy.sse import SSEEvent
+from proxy.sse import SSEEvent, event_frame, named_after_type
 
 
 class StreamDecoder(Protocol):
@@ -42,6 +43,58 @@ class StreamRelay(Protocol):
     def close(self) -> list[bytes]: ...
     def keepalive(self) -> list[bytes]: ...
     def fail(self, info: ErrorInfo) -> list[bytes]: ...
+
+
+def add_usage(total: Usage | None, ev: Event) -> Usage | None:
+    """Fold the usage an event reports (Start, UsageUpdate) into the running total."""
+    usage = ev.usage if isinstance(ev, Start | UsageUpdate) else None
+    if usage is None:
+        return total
+    total = total or Usage()
+    total.merge(usage)
+    return total
+
+
+class WatchedPassthrough:
+    """Same protocol both sides, for protocols whose events are named (Messages, Responses): each
+    upstream event goes to the client as it came, while that protocol's own stream decoder watches
+    it for usage, the end of the stream and failures. Subclasses say how their protocol spells a
+    keepalive and a failure, and what to do with a failure the upstream reported itself."""
+
+    def __init__(self, decoder: StreamDecoder) -> None:
+        self.usage: Usage | None = None
+        self.failed: ErrorInfo | None = None
+        self.done = False
+        self.watch = decoder
+
+    def feed(self, sse: SSEEvent) -> list[bytes]:
+        if self.done:
+            return []
+        sse = named_after_type(sse)
+        for ev in self.watch.feed(sse):
+            self.usage = add_usage(self.usage, ev)
+            if isinstance(ev, Failure):
+                self.failed = ev.error
+                return self.upstream_failed(sse, ev.error)
+            if isinstance(ev, Finish):
+                self.done = True
+        return [event_frame(sse)]
+
+    def close(self) -> list[bytes]:
+        for ev in self.watch.close():
+            if isinstance(ev, Failure):
+                return self.fail(ev.error)
+        return []
+
+    def keepalive(self) -> list[bytes]:
+        raise NotImplementedError
+
+    def fail(self, info: ErrorInfo) -> list[bytes]:
+        raise NotImplementedError
+
+    def upstream_failed(self, sse: SSEEvent, info: ErrorInfo) -> list[bytes]:
+        """The decoder judged this event a failure: the upstream's own error, or a broken event."""
+        raise NotImplementedError
 
 
 class Translation:
@@ -75,17 +128,8 @@ class Translation:
         frames: list[bytes] = []
         encode = self.encoder.encode
         for ev in events:
-            if isinstance(ev, UsageUpdate | Start):
-                self._watch_usage(ev)
-            elif isinstance(ev, Failure) and self.failed is None:
+            self.usage = add_usage(self.usage, ev)
+            if isinstance(ev, Failure) and self.failed is None:
                 self.failed = ev.error
             frames.extend(encode(ev))
         return frames
-
-    def _watch_usage(self, ev: UsageUpdate | Start) -> None:
-        usage = ev.usage
-        if usage is None:
-            return
-        if self.usage is None:
-            self.usage = Usage()
-        self.usage.merge(usage)

@@ -430,3 +430,19 @@ def test_decode_response_object() -> None:
                            ToolCallPart("call_9", "f", '{"x": 1}', item_id="fc_9")]
     assert resp.usage == Usage(input_tokens=5, output_tokens=7, cache_read_tokens=2, reasoning_tokens=3)
     assert resp.error is None
+
+
+def test_passthrough_after_an_upstream_error_without_response_failed_adds_only_that() -> None:
+    from proxy.protocols.responses.passthrough import ResponsesPassthroughStream
+
+    created = {"type": "response.created", "sequence_number": 0, "response": {"id": "resp_x", "status": "in_progress"}}
+    error = {"type": "error", "sequence_number": 1, "code": "server_error", "message": "boom"}
+    raw = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in (created, error)).encode()
+    relay = ResponsesPassthroughStream()
+    frames = [f for sse in SSEParser().feed(raw) for f in relay.feed(sse)] + relay.close()
+    assert b"".join(frames[:2]) == raw  # the upstream's own events, as they came
+    (added,) = frames[2:]
+    assert added.startswith(b"event: response.failed\n")
+    failed = json.loads(added.split(b"data: ", 1)[1])
+    assert failed["sequence_number"] == 2 and failed["response"]["id"] == "resp_x"
+    assert failed["response"]["status"] == "failed" and relay.failed is not None and relay.failed.message == "boom"

@@ -16,13 +16,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from proxy.ir.events import Failure, Finish, Start, UsageUpdate
 from proxy.ir.reasoning import is_minted
-from proxy.ir.response import ErrorInfo, Usage
+from proxy.ir.response import ErrorInfo
 from proxy.protocols.messages.errors import stream_error_frame
 from proxy.protocols.messages.stream_decode import MessagesStreamDecoder
 from proxy.protocols.messages.stream_encode import PING
-from proxy.sse import SSEEvent, event_frame, named_after_type
+from proxy.sse import SSEEvent, event_frame
+from proxy.transcode import WatchedPassthrough
 
 log = logging.getLogger(__name__)
 
@@ -49,32 +49,9 @@ def _minted_block(block: Any) -> bool:
     return isinstance(block, dict) and block.get("type") == "thinking" and is_minted(block.get("signature"))
 
 
-class MessagesPassthroughStream:
+class MessagesPassthroughStream(WatchedPassthrough):
     def __init__(self) -> None:
-        self.usage: Usage | None = None
-        self.failed: ErrorInfo | None = None
-        self.done = False
-        self._watch = MessagesStreamDecoder()
-
-    def feed(self, sse: SSEEvent) -> list[bytes]:
-        if self.done:
-            return []
-        sse = named_after_type(sse)
-        for ev in self._watch.feed(sse):
-            if isinstance(ev, Start | UsageUpdate) and ev.usage is not None:
-                self.usage = self.usage or Usage()
-                self.usage.merge(ev.usage)
-            elif isinstance(ev, Failure):
-                return self._failure(sse, ev.error)
-            elif isinstance(ev, Finish):
-                self.done = True
-        return [event_frame(sse)]
-
-    def close(self) -> list[bytes]:
-        for ev in self._watch.close():
-            if isinstance(ev, Failure):
-                return self.fail(ev.error)
-        return []
+        super().__init__(MessagesStreamDecoder())
 
     def keepalive(self) -> list[bytes]:
         return [PING]
@@ -82,13 +59,11 @@ class MessagesPassthroughStream:
     def fail(self, info: ErrorInfo) -> list[bytes]:
         if self.done:
             return []
-        self.done = True
-        self.failed = info
+        self.done, self.failed = True, info
         return [stream_error_frame(info)]
 
-    def _failure(self, sse: SSEEvent, info: ErrorInfo) -> list[bytes]:
+    def upstream_failed(self, sse: SSEEvent, info: ErrorInfo) -> list[bytes]:
         self.done = True
-        self.failed = info
         if sse.event == "error":
             return [event_frame(sse)]  # the upstream's own error event, as it sent it
-        return [stream_error_frame(info)]  # malformed upstream event: say so in the protocol's words
+        return [stream_error_frame(info)]  # a malformed upstream event: say so in the protocol's words

@@ -17,7 +17,7 @@ import logging
 import time
 from typing import Any
 
-from proxy.errors import KIND_STATUS
+from proxy.errors import KIND_FOR_ERROR_TYPE, KIND_STATUS
 from proxy.ir import response as ir
 from proxy.ir.events import BlockStart, BlockStop, Delta, Event, Failure, Finish, Signature, Start, UsageUpdate
 from proxy.ir.request import ReasoningPart, TextPart, ToolCallPart
@@ -29,13 +29,6 @@ log = logging.getLogger(__name__)
 FINISH_FROM_STOP_REASON = {
     "end_turn": ir.STOP, "max_tokens": ir.LENGTH, "stop_sequence": ir.STOP_SEQUENCE, "tool_use": ir.TOOL_CALLS,
     "pause_turn": ir.PAUSE, "refusal": ir.CONTENT_FILTER, "model_context_window_exceeded": ir.CONTEXT_WINDOW,
-}
-# Anthropic error types → the proxy's error kinds (proxy.errors.KIND_STATUS).
-KIND_FROM_ERROR_TYPE = {
-    "invalid_request_error": "invalid_request", "authentication_error": "authentication",
-    "billing_error": "billing", "permission_error": "permission", "not_found_error": "not_found",
-    "request_too_large": "request_too_large", "rate_limit_error": "rate_limit", "api_error": "api_error",
-    "timeout_error": "timeout", "overloaded_error": "overloaded",
 }
 
 
@@ -60,7 +53,7 @@ def error_from_anthropic(error: Any, default_message: str = "upstream error") ->
     """The `error` object of an Anthropic error body or `event: error`."""
     error = error if isinstance(error, dict) else {}
     utype = error.get("type") if isinstance(error.get("type"), str) else None
-    kind = KIND_FROM_ERROR_TYPE.get(utype or "", "api_error")
+    kind = KIND_FOR_ERROR_TYPE.get(utype or "", "api_error")
     message = error.get("message") if isinstance(error.get("message"), str) and error.get("message") else None
     return ErrorInfo(kind=kind, message=message or default_message, status=KIND_STATUS.get(kind, 500),
                      upstream_type=utype)

@@ -23,6 +23,7 @@ from proxy.ir import response as ir
 from proxy.ir.reasoning import anthropic_to_encrypted
 from proxy.ir.request import OutputPart, ReasoningPart, RefusalPart, TextPart, ToolCallPart
 from proxy.ir.response import ErrorInfo, Response, Usage
+from proxy.protocols.chat_completions.errors import error_body
 
 INCOMPLETE_REASONS = {ir.LENGTH: "max_output_tokens", ir.CONTEXT_WINDOW: "max_output_tokens",
                       ir.CONTENT_FILTER: "content_filter"}
@@ -49,6 +50,12 @@ def usage_body(usage: Usage | None) -> dict[str, Any]:
 
 def failure_code(info: ErrorInfo) -> str:
     return info.code or FAILURE_CODES.get(info.kind, "server_error")
+
+
+def error_event_error(info: ErrorInfo) -> dict[str, Any]:
+    """The `error` of the `error` event that precedes `response.failed`."""
+    return {"type": error_body(info)["error"]["type"], "code": failure_code(info), "message": info.message,
+            "param": None}
 
 
 def custom_input(arguments: str) -> str:

@@ -25,7 +25,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.errors import KIND_STATUS, scrub
+from proxy.errors import KIND_FOR_ERROR_TYPE, KIND_STATUS, scrub
 from proxy.ir import response as ir
 from proxy.ir.events import BlockStart, BlockStop, Delta, Event, Failure, Finish, Signature, Start, UsageUpdate
 from proxy.ir.request import OutputPart, ReasoningPart, RefusalPart, TextPart, ToolCallPart
@@ -47,12 +47,6 @@ KIND_FROM_CODE = {
     "context_length_exceeded": "invalid_request", "invalid_prompt": "invalid_request",
     "bio_policy": "invalid_request", "cyber_policy": "invalid_request",
     "misalignment_policy_violation": "invalid_request",
-}
-# Error `type`s (the `error` event's nested form) for codes the table above does not know.
-KIND_FROM_TYPE = {
-    "invalid_request_error": "invalid_request", "authentication_error": "authentication",
-    "permission_error": "permission", "not_found_error": "not_found", "rate_limit_error": "rate_limit",
-    "insufficient_quota": "billing", "server_error": "api_error", "overloaded_error": "overloaded",
 }
 
 Key = tuple[str, int]  # one piece of an item: ("text" | "refusal", content_index), ("summary", i), …
@@ -98,7 +92,7 @@ def error_from_responses(error: Any, default_message: str = "upstream reported t
     error = error if isinstance(error, dict) else {}
     code = error.get("code") if isinstance(error.get("code"), str) and error.get("code") else None
     utype = error.get("type") if isinstance(error.get("type"), str) and error.get("type") else None
-    kind = KIND_FROM_CODE.get(code or "") or KIND_FROM_TYPE.get(utype or "", "api_error")
+    kind = KIND_FROM_CODE.get(code or "") or KIND_FOR_ERROR_TYPE.get(utype or "", "api_error")
     message = _str(error, "message") or default_message
     param = error.get("param") if isinstance(error.get("param"), str) else None
     return ErrorInfo(kind=kind, message=scrub(message), status=KIND_STATUS[kind], code=code, param=param,
@@ -142,6 +136,9 @@ class ResponsesStreamDecoder:
         self._item: _Item | None = None
         self._open: Key | None = None  # the open block: ("text"|"refusal", i) in a message, or ("item", 0)
         self._saw_calls = False
+        # For the passthrough, which adds events of its own only when the upstream breaks off:
+        self.last_sequence: int | None = None  # the upstream's last `sequence_number`
+        self.response: dict[str, Any] | None = None  # the last response object it announced
 
     # ------------------------------------------------------------ public
 
@@ -157,6 +154,10 @@ class ResponsesStreamDecoder:
             return self._fail([], "upstream sent a malformed JSON event in its stream")
         if not isinstance(payload, dict):
             return self._fail([], "upstream sent a stream event that is not a JSON object")
+        if isinstance(payload.get("sequence_number"), int):
+            self.last_sequence = payload["sequence_number"]
+        if isinstance(payload.get("response"), dict):
+            self.response = payload["response"]
         kind = payload.get("type") if isinstance(payload.get("type"), str) else sse.event
         if kind not in _HANDLERS and payload.get("error"):
             kind = "error"  # an error object with no (or an unknown) type, as some compatible servers send

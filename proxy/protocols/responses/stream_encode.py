@@ -31,12 +31,11 @@ from proxy.ir.events import BlockStart, BlockStop, Delta, Event, Failure, Finish
 from proxy.ir.reasoning import anthropic_to_encrypted
 from proxy.ir.request import OutputPart, ReasoningPart, RefusalPart, ToolCallPart
 from proxy.ir.response import ErrorInfo, Usage
-from proxy.protocols.chat_completions.errors import error_body
 from proxy.protocols.responses.response import (
     ResponseObject,
     call_item,
     custom_input,
-    failure_code,
+    error_event_error,
     message_item,
     new_id,
     reasoning_item,
@@ -115,9 +114,7 @@ class ResponsesStreamEncoder:
             frames += self._close_item(status="incomplete")
         frames += self._release("completed")
         self.done = True
-        etype = error_body(info)["error"]["type"]
-        frames.append(self._event("error", error={"type": etype, "code": failure_code(info), "message": info.message,
-                                                  "param": None}))
+        frames.append(self._event("error", error=error_event_error(info)))
         usage = self._usage if self._usage.total_tokens else None
         frames.append(self._event("response.failed",
                                   response=self.response.snapshot("failed", self._output, usage, error=info)))
