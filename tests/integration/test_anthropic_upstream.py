@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,52 +15,36 @@ from typing import Any
 import anthropic
 import openai
 import pytest
-from anthropic import Anthropic
-from openai import OpenAI
 
 from proxy.demo.faces import demo_signature
-from proxy.demo.scenarios import ANSWER
-from tests.conftest import CLIENT_KEY, DemoUpstream, ProxyServer, start_proxy, stop_proxy
-from tests.integration.test_pool import ADMIN_KEY, account, admin
+from tests.conftest import CLIENT_KEY, DemoUpstream, ProxyServer, stop_proxy
+from tests.integration.upstreams import (
+    WEATHER_PARAMS,
+    anthropic_client,
+    assert_pool_moves_on,
+    openai_client,
+    rid,
+    upstream_proxy,
+    words,
+)
 from tests.wire import request
 
 KEYS = ("sk-ant-one-0001", "sk-ant-two-0002")
 MODEL = "claude-test"
-WEATHER_PARAMS = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 
 
 @pytest.fixture(scope="module")
 def ant_proxy(demo_upstream: DemoUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyServer]:
-    config = {"client_keys": [CLIENT_KEY], "admin_keys": [ADMIN_KEY], "upstreams": [{
-        "name": "claude", "protocol": "anthropic", "base_url": demo_upstream.url, "max_output_tokens": 8192,
-        "pool": {"probe": {"interval": 3600}},
-        "accounts": [{"id": f"ant-{i}", "api_key": key} for i, key in enumerate(KEYS)]}]}
-    server = start_proxy(config, Path(tmp_path_factory.mktemp("anthropic-upstream")))
+    server = upstream_proxy(demo_upstream, Path(tmp_path_factory.mktemp("anthropic-upstream")), "anthropic",
+                            "claude", KEYS, max_output_tokens=8192)
     yield server
     stop_proxy(server)
     demo_upstream.control("/_demo/keys", method="DELETE")
 
 
-def rid() -> str:
-    return "ant-" + uuid.uuid4().hex
-
-
-def openai_client(proxy: ProxyServer) -> OpenAI:
-    return OpenAI(base_url=f"{proxy.url}/v1", api_key=CLIENT_KEY, max_retries=0, timeout=20)
-
-
-def anthropic_client(proxy: ProxyServer) -> Anthropic:
-    return Anthropic(base_url=proxy.url, api_key=CLIENT_KEY, max_retries=0, timeout=20)
-
-
 def seen(demo: DemoUpstream, request_id: str) -> dict[str, Any]:
     (record,) = demo.requests(request_id)
     return record
-
-
-def words(n: int) -> str:
-    """The first n words of the demo's answer, as it streams them (each followed by a space)."""
-    return "".join(f"{word} " for word in ANSWER.split()[:n])
 
 
 def assert_anthropic_request(record: dict[str, Any]) -> dict[str, Any]:
@@ -292,25 +275,20 @@ ANTHROPIC_ERRORS = {
 def test_anthropic_errors_move_to_the_next_account(ant_proxy: ProxyServer, demo_upstream: DemoUpstream,
                                                    case: str, client_protocol: str) -> None:
     status, etype, state_after = ANTHROPIC_ERRORS[case]
+
+    def send(request_id: str) -> None:
+        prompt = [{"role": "user", "content": "hi [demo:words=2] [demo:pace=0]"}]
+        if client_protocol == "chat_completions":
+            out = openai_client(ant_proxy).chat.completions.create(
+                model=MODEL, messages=prompt, extra_headers={"X-Request-Id": request_id})  # type: ignore[arg-type]
+            assert out.choices[0].message.content == words(2)
+        else:
+            msg = anthropic_client(ant_proxy).messages.create(
+                model=MODEL, max_tokens=20, messages=prompt, extra_headers={"X-Request-Id": request_id})  # type: ignore[arg-type]
+            assert msg.content[0].text == words(2)  # type: ignore[union-attr]
+
     error = {"type": "error", "error": {"type": etype, "message": f"{etype} from the demo"}}
-    faults = {key: {"status": status, "body": json.dumps(error), "headers": {"Content-Type": "application/json"}}
-              for key in KEYS[:1]}
-    demo_upstream.control("/_demo/keys", body=faults)
-    try:
-        for _ in range(2):  # whichever account the pool picks first, both requests are served
-            if client_protocol == "chat_completions":
-                out = openai_client(ant_proxy).chat.completions.create(
-                    model=MODEL, messages=[{"role": "user", "content": "hi [demo:words=2] [demo:pace=0]"}])
-                assert out.choices[0].message.content == words(2)
-            else:
-                msg = anthropic_client(ant_proxy).messages.create(
-                    model=MODEL, max_tokens=20, messages=[{"role": "user", "content": "hi [demo:words=2] [demo:pace=0]"}])
-                assert msg.content[0].text == words(2)  # type: ignore[union-attr]
-        faulty = account(ant_proxy, "claude", "ant-0")
-        assert faulty["status"] == state_after
-    finally:
-        demo_upstream.control("/_demo/keys", method="DELETE")
-        admin(ant_proxy, "POST", "/admin/accounts/claude/ant-0/enable")
+    assert_pool_moves_on(ant_proxy, demo_upstream, "claude", KEYS, status, error, send, state_after)
 
 
 def test_an_anthropic_400_is_returned_not_retried(ant_proxy: ProxyServer, demo_upstream: DemoUpstream) -> None:

@@ -7,20 +7,24 @@ survives Claude Code's round trip; and the pool treats the upstream's errors lik
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from anthropic import Anthropic
-from openai import OpenAI
 
 from proxy.demo.faces import demo_encrypted
 from tests.clients import read_responses_stream
-from tests.conftest import CLIENT_KEY, DemoUpstream, ProxyServer, start_proxy, stop_proxy
-from tests.integration.test_anthropic_upstream import WEATHER_PARAMS, words
-from tests.integration.test_pool import ADMIN_KEY, account, admin
+from tests.conftest import CLIENT_KEY, DemoUpstream, ProxyServer, stop_proxy
+from tests.integration.upstreams import (
+    WEATHER_PARAMS,
+    anthropic_client,
+    assert_pool_moves_on,
+    openai_client,
+    rid,
+    upstream_proxy,
+    words,
+)
 from tests.wire import request
 
 KEYS = ("sk-resp-one-0001", "sk-resp-two-0002")
@@ -29,26 +33,11 @@ MODEL = "gpt-resp-test"
 
 @pytest.fixture(scope="module")
 def resp_proxy(demo_upstream: DemoUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyServer]:
-    config = {"client_keys": [CLIENT_KEY], "admin_keys": [ADMIN_KEY], "upstreams": [{
-        "name": "resp", "protocol": "responses", "base_url": demo_upstream.url,
-        "pool": {"probe": {"interval": 3600}},
-        "accounts": [{"id": f"resp-{i}", "api_key": key} for i, key in enumerate(KEYS)]}]}
-    server = start_proxy(config, Path(tmp_path_factory.mktemp("responses-upstream")))
+    server = upstream_proxy(demo_upstream, Path(tmp_path_factory.mktemp("responses-upstream")), "responses",
+                            "resp", KEYS)
     yield server
     stop_proxy(server)
     demo_upstream.control("/_demo/keys", method="DELETE")
-
-
-def rid() -> str:
-    return "rup-" + uuid.uuid4().hex
-
-
-def openai_client(proxy: ProxyServer) -> OpenAI:
-    return OpenAI(base_url=f"{proxy.url}/v1", api_key=CLIENT_KEY, max_retries=0, timeout=20)
-
-
-def anthropic_client(proxy: ProxyServer) -> Anthropic:
-    return Anthropic(base_url=proxy.url, api_key=CLIENT_KEY, max_retries=0, timeout=20)
 
 
 def upstream_body(demo: DemoUpstream, request_id: str) -> dict[str, Any]:
@@ -244,22 +233,21 @@ FAULTS = {
 def test_responses_upstream_errors_move_to_the_next_account(resp_proxy: ProxyServer, demo_upstream: DemoUpstream,
                                                             case: str, client_protocol: str) -> None:
     status, state_after = FAULTS[case]
+
+    def send(request_id: str) -> None:
+        headers = {"X-Request-Id": request_id}
+        if client_protocol == "messages":
+            msg = anthropic_client(resp_proxy).messages.create(
+                model=MODEL, max_tokens=20, extra_headers=headers,
+                messages=[{"role": "user", "content": "hi [demo:words=2] [demo:pace=0]"}])
+            assert msg.content[0].text == words(2)  # type: ignore[union-attr]
+        else:
+            out = openai_client(resp_proxy).responses.create(model=MODEL, input="hi [demo:words=2] [demo:pace=0]",
+                                                             extra_headers=headers)
+            assert out.output_text == words(2)
+
     error = {"error": {"message": f"{case} from the demo", "type": "requests", "param": None, "code": case}}
-    demo_upstream.control("/_demo/keys", body={KEYS[0]: {"status": status, "body": json.dumps(error),
-                                                          "headers": {"Content-Type": "application/json"}}})
-    try:
-        for _ in range(2):  # whichever account the pool picks first, both requests are served
-            if client_protocol == "messages":
-                msg = anthropic_client(resp_proxy).messages.create(
-                    model=MODEL, max_tokens=20, messages=[{"role": "user", "content": "hi [demo:words=2] [demo:pace=0]"}])
-                assert msg.content[0].text == words(2)  # type: ignore[union-attr]
-            else:
-                out = openai_client(resp_proxy).responses.create(model=MODEL, input="hi [demo:words=2] [demo:pace=0]")
-                assert out.output_text == words(2)
-        assert account(resp_proxy, "resp", "resp-0")["status"] == state_after
-    finally:
-        demo_upstream.control("/_demo/keys", method="DELETE")
-        admin(resp_proxy, "POST", "/admin/accounts/resp/resp-0/enable")
+    assert_pool_moves_on(resp_proxy, demo_upstream, "resp", KEYS, status, error, send, state_after)
 
 
 @pytest.mark.parametrize("stream", [False, True])
