@@ -205,10 +205,9 @@ raw_lines = st.one_of(
 streams = st.lists(raw_lines, max_size=25).map(b"".join)
 
 
-@FUZZ
-@given(streams, st.integers(min_value=1, max_value=64))
-def test_chat_stream_decoder_and_every_client_encoder(data: bytes, step: int) -> None:
-    decoder = ChatStreamDecoder(expect_usage=True)
+def decode_in_steps(decoder: Any, data: bytes, step: int) -> list[Any]:
+    """Feed `data` to a stream decoder `step` bytes at a time, then end it; the events must be
+    well-formed — Start … Finish, or a lone Failure — and every client encoder must terminate on them."""
     parser = SSEParser()
     events = []
     for i in range(0, len(data), step):
@@ -217,23 +216,36 @@ def test_chat_stream_decoder_and_every_client_encoder(data: bytes, step: int) ->
     for sse in parser.flush():
         events += decoder.feed(sse)
     events += decoder.close()
-    check_well_formed(events)  # always Start … Finish, or a lone Failure
-    assert isinstance(events[0], Start | Failure)
+    check_well_formed(events)
     body = {"model": "m", "input": "x", "tools": []}
     for encoder in (ChatStreamEncoder("m", True), MessagesStreamEncoder("m", 10),
-                    ResponsesStreamEncoder(body, "m", set(), include_encrypted=False)):
+                    ResponsesStreamEncoder(body, "m", set(), include_encrypted=True)):
         frames = [f for ev in events for f in encoder.encode(ev)]
         assert encoder.done  # the client always gets its protocol's ending
         assert frames and all(f.endswith(b"\n\n") for f in frames)
+    return events
+
+
+def relay_whole(relay: Any, data: bytes) -> list[bytes]:
+    """A passthrough relay's frames for `data`; it must have produced its protocol's ending."""
+    parser = SSEParser()
+    frames = [f for sse in parser.feed(data) + parser.flush() for f in relay.feed(sse)] + relay.close()
+    assert relay.done and frames
+    return frames
+
+
+@FUZZ
+@given(streams, st.integers(min_value=1, max_value=64))
+def test_chat_stream_decoder_and_every_client_encoder(data: bytes, step: int) -> None:
+    events = decode_in_steps(ChatStreamDecoder(expect_usage=True), data, step)
+    assert isinstance(events[0], Start | Failure)
 
 
 @FUZZ
 @given(streams)
 def test_chat_passthrough_always_terminates(data: bytes) -> None:
-    relay = ChatPassthroughStream("m", client_wants_usage=True)
-    parser = SSEParser()
-    frames = [f for sse in parser.feed(data) + parser.flush() for f in relay.feed(sse)] + relay.close()
-    assert relay.done and frames[-1] == b"data: [DONE]\n\n"
+    frames = relay_whole(ChatPassthroughStream("m", client_wants_usage=True), data)
+    assert frames[-1] == b"data: [DONE]\n\n"
     for frame in frames[:-1]:
         payload = json.loads(frame[6:])  # every frame a client receives is JSON
         assert isinstance(payload, dict)
@@ -282,30 +294,13 @@ START_FRAME = b'event: message_start\ndata: {"type": "message_start", "message":
 @FUZZ
 @given(st.one_of(anthropic_streams, anthropic_streams.map(lambda s: START_FRAME + s)), st.integers(1, 64))
 def test_anthropic_stream_decoder_and_every_client_encoder(data: bytes, step: int) -> None:
-    decoder = MessagesStreamDecoder()
-    parser = SSEParser()
-    events = []
-    for i in range(0, len(data), step):
-        for sse in parser.feed(data[i:i + step]):
-            events += decoder.feed(sse)
-    for sse in parser.flush():
-        events += decoder.feed(sse)
-    events += decoder.close()
-    check_well_formed(events)
-    body = {"model": "m", "input": "x", "tools": []}
-    for encoder in (ChatStreamEncoder("m", True), MessagesStreamEncoder("m", 10),
-                    ResponsesStreamEncoder(body, "m", set(), include_encrypted=True)):
-        frames = [f for ev in events for f in encoder.encode(ev)]
-        assert encoder.done and frames and all(f.endswith(b"\n\n") for f in frames)
+    decode_in_steps(MessagesStreamDecoder(), data, step)
 
 
 @FUZZ
 @given(st.one_of(anthropic_streams, anthropic_streams.map(lambda s: START_FRAME + s)))
 def test_anthropic_passthrough_always_terminates(data: bytes) -> None:
-    relay = MessagesPassthroughStream()
-    parser = SSEParser()
-    frames = [f for sse in parser.feed(data) + parser.flush() for f in relay.feed(sse)] + relay.close()
-    assert relay.done and frames
+    frames = relay_whole(MessagesPassthroughStream(), data)
     assert frames[-1].startswith((b"event: message_stop\n", b"event: error\n"))
 
 
@@ -346,29 +341,12 @@ CREATED_FRAME = b'event: response.created\ndata: {"type": "response.created", "r
 @FUZZ
 @given(st.one_of(responses_streams, responses_streams.map(lambda s: CREATED_FRAME + s)), st.integers(1, 64))
 def test_responses_stream_decoder_and_every_client_encoder(data: bytes, step: int) -> None:
-    decoder = ResponsesStreamDecoder()
-    parser = SSEParser()
-    events = []
-    for i in range(0, len(data), step):
-        for sse in parser.feed(data[i:i + step]):
-            events += decoder.feed(sse)
-    for sse in parser.flush():
-        events += decoder.feed(sse)
-    events += decoder.close()
-    check_well_formed(events)
-    body = {"model": "m", "input": "x", "tools": []}
-    for encoder in (ChatStreamEncoder("m", True), MessagesStreamEncoder("m", 10),
-                    ResponsesStreamEncoder(body, "m", set(), include_encrypted=True)):
-        frames = [f for ev in events for f in encoder.encode(ev)]
-        assert encoder.done and frames and all(f.endswith(b"\n\n") for f in frames)
+    decode_in_steps(ResponsesStreamDecoder(), data, step)
 
 
 @FUZZ
 @given(st.one_of(responses_streams, responses_streams.map(lambda s: CREATED_FRAME + s)))
 def test_responses_passthrough_always_terminates(data: bytes) -> None:
-    relay = ResponsesPassthroughStream()
-    parser = SSEParser()
-    frames = [f for sse in parser.feed(data) + parser.flush() for f in relay.feed(sse)] + relay.close()
-    assert relay.done and frames
+    frames = relay_whole(ResponsesPassthroughStream(), data)
     assert frames[-1].startswith((b"event: response.completed\n", b"event: response.incomplete\n",
                                   b"event: response.failed\n"))
