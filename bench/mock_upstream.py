@@ -73,6 +73,29 @@ def sse(event: str | None, data: dict | bytes) -> bytes:
     return (b"event: %s\n" % event.encode() if event else b"") + b"data: " + raw + b"\n\n"
 
 
+class PreSerialisedStream:
+    """A stream whose frames are all serialised once: subclasses give the start, the delta (text or
+    tool arguments) with a %s for the send stamp, the tail with a %s for the stop reason, and the
+    stop reasons for text and for a tool call."""
+
+    START_TEXT = START_TOOL = TEXT = ARGS = TAIL = b""
+    STOP_REASONS = (b"", b"")
+
+    def __init__(self, tool: bool) -> None:
+        self.tool = tool
+
+    def start(self) -> bytes:
+        return self.START_TOOL if self.tool else self.START_TEXT
+
+    def delta(self, stamp: bytes) -> bytes:
+        return frame((self.ARGS if self.tool else self.TEXT) % stamp)
+
+    def end(self) -> bytes:
+        if self.tool:
+            return frame(self.ARGS % CLOSE_ARGS) + frame(self.TAIL % self.STOP_REASONS[1])
+        return frame(self.TAIL % self.STOP_REASONS[0])
+
+
 # ---------------------------------------------------------------- Chat Completions
 
 CHAT_ID = b'"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1700000000,"model":"bench-model"'
@@ -80,7 +103,7 @@ CHAT_USAGE = {"prompt_tokens": 25, "completion_tokens": 50, "total_tokens": 75}
 CHAT_USAGE_JSON = json.dumps(CHAT_USAGE, separators=(",", ":")).encode()
 
 
-class ChatStream:
+class ChatStream(PreSerialisedStream):
     START_TEXT = frame(b'data: {' + CHAT_ID + b',"choices":[{"index":0,"delta":{"role":"assistant","content":""},'
                        b'"logprobs":null,"finish_reason":null}]}\n\n')
     START_TOOL = frame(b'data: {' + CHAT_ID + b',"choices":[{"index":0,"delta":{"role":"assistant","content":null,'
@@ -95,19 +118,7 @@ class ChatStream:
             b'data: {' + CHAT_ID + b',"choices":[],"usage":' + CHAT_USAGE_JSON + b'}\n\n'
             b'data: [DONE]\n\n')
 
-    def __init__(self, tool: bool) -> None:
-        self.tool = tool
-
-    def start(self) -> bytes:
-        return self.START_TOOL if self.tool else self.START_TEXT
-
-    def delta(self, stamp: bytes) -> bytes:
-        return frame((self.ARGS if self.tool else self.TEXT) % stamp)
-
-    def end(self) -> bytes:
-        if self.tool:
-            return frame(self.ARGS % CLOSE_ARGS) + frame(self.TAIL % b"tool_calls")
-        return frame(self.TAIL % b"stop")
+    STOP_REASONS = (b"stop", b"tool_calls")  # (text, tool call)
 
 
 CHAT_WHOLE = json.dumps({
@@ -125,7 +136,7 @@ MSG_START = sse("message_start", {"type": "message_start", "message": {
     "usage": {"input_tokens": 25, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": 1}}})
 
 
-class MessagesStream:
+class MessagesStream(PreSerialisedStream):
     START_TEXT = frame(MSG_START + sse("content_block_start", {
         "type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})
         + sse("ping", {"type": "ping"}))
@@ -143,19 +154,7 @@ class MessagesStream:
                   b'"usage":{"output_tokens":50}}')
             + sse("message_stop", {"type": "message_stop"}))
 
-    def __init__(self, tool: bool) -> None:
-        self.tool = tool
-
-    def start(self) -> bytes:
-        return self.START_TOOL if self.tool else self.START_TEXT
-
-    def delta(self, stamp: bytes) -> bytes:
-        return frame((self.ARGS if self.tool else self.TEXT) % stamp)
-
-    def end(self) -> bytes:
-        if self.tool:
-            return frame(self.ARGS % CLOSE_ARGS) + frame(self.TAIL % b"tool_use")
-        return frame(self.TAIL % b"end_turn")
+    STOP_REASONS = (b"end_turn", b"tool_use")
 
 
 MESSAGES_WHOLE = json.dumps({

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Callable
 from typing import Any
 
 from proxy.config import ReasoningOptions, Upstream
@@ -138,7 +137,7 @@ class ResponsesFace(Face):
                                       responses_protocol.include_encrypted(self.body))
 
 
-FACES: dict[str, Callable[[dict[str, Any]], Face]] = {"/messages": MessagesFace, "/responses": ResponsesFace}
+FACES: dict[str, type[Face]] = {"/messages": MessagesFace, "/responses": ResponsesFace}
 
 
 class TranslatingWriter:

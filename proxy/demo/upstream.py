@@ -127,15 +127,14 @@ class DemoUpstream:
 
     def _face(self, path: str, w: Writer, record: dict[str, Any], rid: str) -> None:
         """The same model behind another protocol's endpoint (see proxy/demo/faces.py)."""
-        make = faces.FACES["/messages" if path.endswith("/messages") else "/responses"]
+        face_class = faces.FACES["/messages" if path.endswith("/messages") else "/responses"]
         body = record["body"]
         try:
             if not isinstance(body, dict):
                 raise ProxyError(400, "body must be a JSON object", "invalid_request")
-            face = make(body)
+            face = face_class(body)
         except ProxyError as exc:
-            error_body = faces.MessagesFace.error_body if path.endswith("/messages") else faces.Face.error_body
-            return w.response(exc.info.status, _json(error_body(exc.info)))
+            return w.response(exc.info.status, _json(face_class.error_body(exc.info)))
         plan = scenarios.plan(face.chat_body())
         if plan.error is not None:
             info = ErrorInfo(kind_for_status(plan.status), plan.error["error"]["message"], plan.status)
