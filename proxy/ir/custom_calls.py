@@ -2,7 +2,7 @@
 
 Owns one convention, used in both directions: a custom tool — Codex's `apply_patch`, whose input
 is raw text — travels wherever custom tools do not exist as a function taking one string argument,
-`{"input": "…"}`. Chat upstreams receive custom tools that way (chat_completions.upstream_request),
+`{"input": "…"}`, its grammar appended to the description (`custom_tool_as_function`). Chat upstreams receive custom tools that way (chat_completions.upstream_request),
 and Chat and Messages clients receive custom calls that way when an upstream (Responses) made
 one natively: the stream filter below holds a custom call's raw input until the call ends, then
 emits it as that JSON object, so every argument fragment a client sees is valid JSON.
@@ -13,9 +13,27 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import Any
 
 from proxy.ir.events import BlockStart, BlockStop, Delta, Event, Failure
-from proxy.ir.request import ToolCallPart
+from proxy.ir.request import Tool, ToolCallPart
+
+CUSTOM_TOOL_PARAMETERS = {
+    "type": "object",
+    "properties": {"input": {"type": "string", "description": "The raw input for this tool."}},
+    "required": ["input"],
+    "additionalProperties": False,
+}
+
+
+def custom_tool_as_function(tool: Tool) -> tuple[str, dict[str, Any]]:
+    """A custom tool's description (its grammar appended, so the model can follow it) and the
+    one-string-argument parameters it takes as a function."""
+    grammar = (tool.format or {}).get("definition")
+    description = tool.description or ""
+    if grammar:
+        description = f"{description}\n\nThe input must follow this grammar:\n{grammar}".strip()
+    return description, CUSTOM_TOOL_PARAMETERS
 
 
 def function_arguments(call: ToolCallPart) -> str:

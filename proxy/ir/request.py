@@ -140,6 +140,22 @@ class Reasoning:
     enabled: bool | None = None  # explicit on/off (Anthropic thinking type, DeepSeek thinking)
 
 
+# A thinking budget (Anthropic) and an effort level (OpenAI) say the same thing; one scale for both
+# directions, so a request keeps its strength whichever way it is translated.
+BUDGET_FOR_EFFORT = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384, "xhigh": 32000, "max": 32000}
+
+
+def effort_for_budget(budget: int | None) -> str:
+    """A thinking budget as an effort level: low ≤ 2048 < medium ≤ 8192 < high."""
+    if budget is None:
+        return "medium"
+    return "low" if budget <= 2048 else "medium" if budget <= 8192 else "high"
+
+
+def budget_for_effort(effort: str | None) -> int:
+    return BUDGET_FOR_EFFORT.get(effort or "medium", BUDGET_FOR_EFFORT["medium"])
+
+
 @dataclass(slots=True)
 class ResponseFormat:
     type: Literal["text", "json_object", "json_schema"]

@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 from proxy.config import Upstream
+from proxy.ir.custom_calls import custom_tool_as_function
 from proxy.ir.request import (
     AudioPart,
     ContentPart,
@@ -29,6 +30,7 @@ from proxy.ir.request import (
     ToolCallPart,
     ToolChoice,
     ToolResultPart,
+    effort_for_budget,
 )
 from proxy.ir.request import Reasoning as ReasoningConfig
 
@@ -77,7 +79,7 @@ def reasoning_fields(reasoning: ReasoningConfig | None, control: str) -> dict[st
         return {}
     wanted = reasoning.enabled is not False and (
         bool(reasoning.enabled) or reasoning.budget_tokens is not None or reasoning.effort not in (None, "none"))
-    effort = reasoning.effort or _effort_for_budget(reasoning.budget_tokens)
+    effort = reasoning.effort or effort_for_budget(reasoning.budget_tokens)
     if control == "reasoning_effort":
         return {"reasoning_effort": effort if wanted else "none"} if wanted or reasoning.effort else {}
     if control == "deepseek":
@@ -93,12 +95,6 @@ def reasoning_fields(reasoning: ReasoningConfig | None, control: str) -> dict[st
     if reasoning.budget_tokens and not reasoning.effort:
         return {"reasoning": {"max_tokens": reasoning.budget_tokens}}
     return {"reasoning": {"effort": effort}}
-
-
-def _effort_for_budget(budget: int | None) -> str:
-    if budget is None:
-        return "medium"
-    return "low" if budget <= 2048 else "medium" if budget <= 8192 else "high"
 
 
 def _encode_message(msg: Message, reasoning_passback: bool) -> list[dict[str, Any]]:
@@ -169,23 +165,14 @@ def _encode_part(part: ContentPart) -> dict[str, Any]:
     return {"type": "file", "file": file}
 
 
-CUSTOM_TOOL_PARAMETERS = {
-    "type": "object",
-    "properties": {"input": {"type": "string", "description": "The raw input for this tool."}},
-    "required": ["input"],
-    "additionalProperties": False,
-}
-
-
 def _encode_tool(tool: Tool) -> dict[str, Any]:
     fn: dict[str, Any] = {"name": tool.name}
     if tool.description:
         fn["description"] = tool.description
     if tool.kind == "custom":
-        grammar = (tool.format or {}).get("definition")
-        if grammar:
-            fn["description"] = f"{tool.description or ''}\n\nThe input must follow this grammar:\n{grammar}".strip()
-        fn["parameters"] = CUSTOM_TOOL_PARAMETERS
+        description, fn["parameters"] = custom_tool_as_function(tool)
+        if description:
+            fn["description"] = description
     else:
         fn["parameters"] = tool.parameters if tool.parameters is not None else {"type": "object", "properties": {}}
         if tool.strict is not None:

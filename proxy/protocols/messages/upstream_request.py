@@ -18,6 +18,7 @@ import re
 from typing import Any
 
 from proxy.config import Upstream
+from proxy.ir.custom_calls import custom_tool_as_function
 from proxy.ir.reasoning import is_minted
 from proxy.ir.request import (
     ContentPart,
@@ -32,15 +33,14 @@ from proxy.ir.request import (
     ToolCallPart,
     ToolChoice,
     ToolResultPart,
+    budget_for_effort,
 )
 from proxy.ir.request import Reasoning as ReasoningConfig
-from proxy.protocols.chat_completions.upstream_request import CUSTOM_TOOL_PARAMETERS
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_TOKENS = 4096  # Anthropic requires max_tokens; used when neither client nor config gives one
 MIN_THINKING_BUDGET = 1024  # the API's floor for thinking.budget_tokens
-EFFORT_BUDGETS = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384, "xhigh": 32000, "max": 32000}
 _TOOL_ID_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
 
 
@@ -247,10 +247,7 @@ def _encode_tool(tool: Tool) -> dict[str, Any]:
     out: dict[str, Any] = {"name": tool.name}
     description = tool.description
     if tool.kind == "custom":
-        grammar = (tool.format or {}).get("definition")
-        if grammar:
-            description = f"{description or ''}\n\nThe input must follow this grammar:\n{grammar}".strip()
-        out["input_schema"] = CUSTOM_TOOL_PARAMETERS
+        description, out["input_schema"] = custom_tool_as_function(tool)
     else:
         out["input_schema"] = tool.parameters if tool.parameters is not None else {"type": "object", "properties": {}}
         if tool.strict is not None:
@@ -279,5 +276,5 @@ def _thinking(reasoning: ReasoningConfig | None) -> dict[str, Any] | None:
         return None
     if not (reasoning.enabled or reasoning.budget_tokens or reasoning.effort):
         return None
-    budget = reasoning.budget_tokens or EFFORT_BUDGETS.get(reasoning.effort or "medium", 8192)
+    budget = reasoning.budget_tokens or budget_for_effort(reasoning.effort)
     return {"type": "enabled", "budget_tokens": max(MIN_THINKING_BUDGET, budget)}

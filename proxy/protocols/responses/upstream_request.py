@@ -39,6 +39,7 @@ from proxy.ir.request import (
     ToolCallPart,
     ToolChoice,
     ToolResultPart,
+    effort_for_budget,
 )
 from proxy.ir.request import Reasoning as ReasoningConfig
 
@@ -103,13 +104,6 @@ def reasoning_field(reasoning: ReasoningConfig | None) -> dict[str, Any] | None:
 
 def _reasoning_on(field: dict[str, Any] | None) -> bool:
     return field is not None and field.get("effort") != "none"
-
-
-def effort_for_budget(budget: int | None) -> str:
-    """An Anthropic-style thinking budget as a Responses effort level."""
-    if budget is None:
-        return "medium"
-    return "low" if budget <= 2048 else "medium" if budget <= 8192 else "high"
 
 
 def _max_output_tokens(requested: int | None, cap: int | None) -> int | None:
