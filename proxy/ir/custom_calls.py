@@ -2,10 +2,11 @@
 
 Owns one convention, used in both directions: a custom tool — Codex's `apply_patch`, whose input
 is raw text — travels wherever custom tools do not exist as a function taking one string argument,
-`{"input": "…"}`, its grammar appended to the description (`custom_tool_as_function`). Chat upstreams receive custom tools that way (chat_completions.upstream_request),
-and Chat and Messages clients receive custom calls that way when an upstream (Responses) made
-one natively: the stream filter below holds a custom call's raw input until the call ends, then
-emits it as that JSON object, so every argument fragment a client sees is valid JSON.
+`{"input": "…"}`, its grammar appended to the description (`custom_tool_as_function`). Chat and
+Anthropic upstreams receive custom tools that way, and Chat and Messages clients receive custom
+calls that way when an upstream (Responses) made one natively: the stream filter below holds a
+custom call's raw input until the call ends, then emits it as that JSON object, so every argument
+fragment a client sees is valid JSON.
 Pure: must not import Flask or requests.
 """
 
