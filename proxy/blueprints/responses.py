@@ -33,23 +33,21 @@ def create() -> Response:
     body = json_body()
     validate(body)
     relay = current_app.extensions["llm_proxy"].relay
-    routes = relay.router.resolve(body["model"])
-    if routes and all(route.upstream.protocol == "responses" for route in routes):
-        # Passthrough to Responses upstreams: they keep the conversation state themselves.
-        ex = Exchange(protocol="responses", body=body, model=body["model"], stream=bool(body.get("stream")),
-                      request_id=g.request_id, client_socket=client_socket())
-        return relay_response(relay.handle(ex))
-    store = _store()
-    conversation = expand(body, store)
-    keep = body.get("store", True) is not False
-
-    def on_complete(final: dict[str, Any]) -> None:
-        if keep:
-            store.put(final, conversation.new_items, body.get("previous_response_id"))
-
     ex = Exchange(protocol="responses", body=body, model=body["model"], stream=bool(body.get("stream")),
-                  request_id=g.request_id, client_socket=client_socket(), ir=decode(body, conversation.items),
-                  on_complete=on_complete)
+                  request_id=g.request_id, client_socket=client_socket())
+    routes = relay.router.resolve(body["model"])
+    if not (routes and all(route.upstream.protocol == "responses" for route in routes)):
+        # Upstreams that are not Responses have no conversation state: the proxy keeps it. (A
+        # Responses upstream gets the body as it is and resolves previous_response_id itself.)
+        store = _store()
+        conversation = expand(body, store)
+        keep = body.get("store", True) is not False
+
+        def on_complete(final: dict[str, Any]) -> None:
+            if keep:
+                store.put(final, conversation.new_items, body.get("previous_response_id"))
+
+        ex.ir, ex.on_complete = decode(body, conversation.items), on_complete
     return relay_response(relay.handle(ex))
 
 
