@@ -46,7 +46,7 @@ class Timeouts:
 class Streaming:
     keepalive_interval: float = 10.0  # upstream silence before the client gets a keepalive
     idle_timeout: float = 300.0  # upstream silence that ends a stream with an in-band error
-    queue_size: int = 16  # upstream reads (up to 16 KiB each) buffered per stream before reading stops
+    queue_size: int = 16  # accepted for older configs, unused: streams read the upstream only as the client takes frames
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from proxy.routing import Route, Router
 from proxy.sse import dumps
 from proxy.streaming import ClientGone, EarlyStreamFailure, StreamingBody, StreamOutcome, hangup_aborts
 from proxy.transcode import StreamRelay, Translation
-from proxy.upstream import Target, UpstreamClient, UpstreamNetworkError, read_capped, set_read_timeout
+from proxy.upstream import Target, UpstreamClient, UpstreamNetworkError, read_capped
 
 log = logging.getLogger("proxy.relay")
 
@@ -155,7 +155,6 @@ class Relay:
 
     def _stream(self, ex: Exchange, route: Route, lease: Lease, resp: Any, same_wire: bool,
                 started: float) -> RelayResult:
-        set_read_timeout(resp, self.config.streaming.idle_timeout + 5)
         relay: StreamRelay
         if same_wire:
             relay = registry.SAME_WIRE[route.upstream.protocol].stream_relay(ex, route.upstream)

@@ -1,21 +1,24 @@
 """The streaming engine (gevent): upstream bytes in, one SSE frame per write out.
 
-Owns the life of one streamed response (DESIGN.md §2):
-- a reader greenlet pulls the upstream body into a bounded queue, so a slow client stops the
-  reading (TCP backpressure) instead of growing memory;
-- the WSGI body waits on that queue with a timeout: upstream silence produces the protocol's
-  keepalive every `keepalive_interval`, and silence past `idle_timeout` ends the stream with the
-  protocol's in-band error and terminator;
-- a watcher greenlet notices a client that hangs up while we are waiting on the upstream and
-  stops the stream at once, closing the upstream connection;
+Owns the life of one streamed response (DESIGN.md §2), all in the one greenlet that writes to the
+client — the WSGI body generator:
+- it reads the upstream only after the client's socket took the previous frames, so a slow client
+  stops the reading (TCP backpressure) and memory per stream stays at one read;
+- when the upstream has nothing, it waits at once for the upstream socket, for its own deadline
+  and for the client's socket: upstream silence produces the protocol's keepalive every
+  `keepalive_interval`, silence past `idle_timeout` ends the stream with the protocol's in-band
+  error and terminator, and a client that hangs up ends the stream and closes the upstream;
 - `prime()` runs the stream up to its first frame before any byte is committed to the client,
   so an upstream that fails on its very first event can still be retried or answered with an
   HTTP error status;
-- `close()` (called by the WSGI server however the response ends) stops both greenlets, closes
-  the upstream response and reports the outcome exactly once;
+- `close()` (called by the WSGI server however the response ends) closes the upstream response
+  and reports the outcome exactly once;
 - `end_all_streams()` ends every live stream with the in-band error, for a shutdown whose
   graceful period is running out (proxy/worker.py).
-Translation itself lives behind the `StreamRelay` it is given.
+DESIGN.md describes a reader greenlet feeding a bounded queue; issue 8 measured its two hand-offs
+per chunk (four hub switches and a timer) as the largest per-chunk cost, so the body waits on the
+sockets itself. Reading the body without blocking is `proxy.upstream_body`'s; translation lives
+behind the `StreamRelay` it is given.
 """
 
 from __future__ import annotations
@@ -30,32 +33,29 @@ from typing import Any
 
 import gevent
 import requests
-from gevent.queue import Empty, Full, Queue
 from gevent.socket import wait_read
 
 from proxy.config import Streaming
 from proxy.ir.response import ErrorInfo
 from proxy.sse import SSEParser
 from proxy.transcode import StreamRelay
+from proxy.upstream_body import UpstreamBody, UpstreamBodyError
 
 log = logging.getLogger(__name__)
 
-READ_SIZE = 16384
-_EOF = object()
-_CLIENT_GONE = object()
+# What woke a waiting stream.
+_UPSTREAM, _CLIENT, _DEADLINE, _INTERRUPT = "upstream", "client", "deadline", "interrupt"
 _LIVE: weakref.WeakSet[StreamingBody] = weakref.WeakSet()  # streams of this worker not yet closed
 
 
 def end_all_streams(info: ErrorInfo) -> int:
-    """End every live stream with `info` as its in-band error and the protocol's terminator.
-    A stream whose queue is full is blocked writing to a slow client and is left alone.
-    Returns how many streams were told."""
-    told = 0
-    for body in list(_LIVE):
-        with contextlib.suppress(Full):
-            body._queue.put_nowait(info)
-            told += 1
-    return told
+    """End every live stream with `info` as its in-band error and the protocol's terminator: at
+    once if it is waiting on its upstream, after its current write if it is writing to a slow
+    client. Returns how many streams were told."""
+    bodies = list(_LIVE)
+    for body in bodies:
+        body.interrupt(info)
+    return len(bodies)
 
 
 class ClientGone(BaseException):
@@ -98,9 +98,25 @@ def hangup_aborts(sock: socket.socket | None) -> Iterator[None]:
 def hung_up(sock: socket.socket) -> bool:
     """Block until the client's socket is readable; True if that is because the client left (EOF or
     reset), False if it sent more data (pipelining), which is not a hang-up."""
+    while True:
+        try:
+            wait_read(sock.fileno())
+        except OSError:
+            return True
+        left = peer_left(sock)
+        if left is not None:
+            return left
+
+
+def peer_left(sock: socket.socket) -> bool | None:
+    """Once the client's socket is readable: True if the client hung up, False if it sent data,
+    None if there was nothing after all. Peeks at the OS socket without blocking (gevent's own
+    recv would wait for data, and a TLS socket refuses to peek)."""
+    os_socket = getattr(sock, "_sock", sock)
     try:
-        wait_read(sock.fileno())
-        return not sock.recv(1, socket.MSG_PEEK)
+        return not os_socket.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except (BlockingIOError, InterruptedError):
+        return None
     except OSError:
         return True
 
@@ -137,15 +153,23 @@ class StreamingBody:
         on_close: Callable[[StreamOutcome], None],
     ) -> None:
         self._upstream = upstream
+        self._body = UpstreamBody(upstream)
         self._relay = relay
         self._settings = settings
+        self._client = client_socket
         self._on_close: Callable[[StreamOutcome], None] | None = on_close
-        self._queue: Queue = Queue(maxsize=settings.queue_size)
         self._parser = SSEParser()
         self._outcome = StreamOutcome()
         self._primed: list[bytes] = []
-        self._reader = gevent.spawn(self._read_upstream)
-        self._watcher = gevent.spawn(self._watch_client, client_socket) if client_socket is not None else None
+        self._interrupted: ErrorInfo | None = None
+        # How many frames came before the stream failed: none means it failed on its first event,
+        # which prime() leaves for the relay to retry or answer with an HTTP status.
+        self._frames_before_failure: int | None = None
+        self._waiting: Any = None  # the greenlet parked in _wait, if it is
+        hub = gevent.get_hub()
+        self._hub, self._loop = hub, hub.loop
+        self._upstream_ready = self._loop.io(self._body.fileno(), 1)
+        self._client_readable = self._loop.io(client_socket.fileno(), 1) if client_socket is not None else None
         self._frames = self._run()
         _LIVE.add(self)
 
@@ -159,8 +183,8 @@ class StreamingBody:
         except StopIteration:
             first = None
         failed = self._relay.failed
-        if failed is not None:  # nothing has reached the client yet: the caller judges, then closes
-            raise EarlyStreamFailure(failed)
+        if failed is not None and self._frames_before_failure == 0:
+            raise EarlyStreamFailure(failed)  # nothing reached the client yet: the caller judges, then closes
         if first is not None:
             self._primed.append(first)
 
@@ -175,101 +199,140 @@ class StreamingBody:
         on_close, self._on_close = self._on_close, None
         _LIVE.discard(self)
         self._frames.close()
-        if self._watcher is not None:
-            self._watcher.kill(block=False)
-        self._reader.kill(block=True, timeout=1)
+        self._body.close()
         self._upstream.close()
         self._outcome.usage = self._relay.usage
         if self._outcome.error is None:
             self._outcome.error = self._relay.failed
         if not self._relay.done and self._outcome.error is None:
             # Closed before the stream finished and with nothing wrong upstream: the client left,
-            # whether the watcher saw it or a write to its socket failed.
+            # whether the wait saw it or a write to its socket failed.
             self._outcome.client_gone = True
         try:
             on_close(self._outcome)
         except Exception:
             log.exception("stream accounting failed")
 
+    def interrupt(self, info: ErrorInfo) -> None:
+        """End the stream with `info` in-band: now if it is waiting, else at its next step."""
+        self._interrupted = info
+        if self._waiting is not None:
+            self._loop.run_callback(self._wake, _INTERRUPT)
+
     # ------------------------------------------------------------ the loop
 
     def _run(self) -> Generator[bytes, None, None]:
-        relay, queue, parser, outcome = self._relay, self._queue, self._parser, self._outcome
+        relay, body, outcome = self._relay, self._body, self._outcome
         interval = self._settings.keepalive_interval
         idle_timeout = self._settings.idle_timeout
         last_data = last_write = time.monotonic()
         while not relay.done:
-            now = time.monotonic()
-            wait = min(last_write + interval, last_data + idle_timeout) - now
-            try:
-                item = queue.get(timeout=max(wait, 0.0))
-            except Empty:
-                now = time.monotonic()
-                if now - last_data >= idle_timeout:
-                    info = ErrorInfo("timeout", f"upstream sent nothing for {idle_timeout:g}s", 504)
-                    outcome.error = info
-                    frames = relay.fail(info)
-                else:
-                    frames = relay.keepalive()
+            frames: list[bytes]
+            if self._interrupted is not None:
+                frames = self._fail(self._interrupted)
             else:
-                if item is _CLIENT_GONE:
-                    outcome.client_gone = True
-                    return
-                if item is _EOF:
-                    frames = [f for ev in parser.flush() for f in relay.feed(ev)]
-                    frames += relay.close()
-                elif isinstance(item, ErrorInfo):
-                    outcome.error = item
-                    frames = relay.fail(item)
+                try:
+                    data = body.read()
+                except UpstreamBodyError as exc:
+                    log.info("upstream stream broke off: %s", exc.detail)
+                    frames = self._fail(exc.info)
                 else:
-                    last_data = time.monotonic()
-                    frames = self._translate(item)
+                    if data is None:  # nothing yet: wait for the upstream, a deadline or the client
+                        now = time.monotonic()
+                        woke = self._wait(min(last_write + interval, last_data + idle_timeout) - now)
+                        if woke is _CLIENT and self._client_left():
+                            outcome.client_gone = True
+                            return
+                        if woke is not _DEADLINE:
+                            continue
+                        now = time.monotonic()
+                        if now - last_data >= idle_timeout:
+                            silent = f"upstream sent nothing for {idle_timeout:g}s"
+                            frames = self._fail(ErrorInfo("timeout", silent, 504))
+                        elif now - last_write >= interval:
+                            frames = relay.keepalive()
+                        else:
+                            continue
+                    elif data:
+                        last_data = time.monotonic()
+                        frames = self._translate(data)
+                    else:  # the upstream's body ended
+                        frames = self._translate(None)
+                        if not relay.done:  # a codec that cannot finish must still end the client's stream
+                            frames += self._fail(ErrorInfo("upstream_error", "the upstream stream ended "
+                                                           "before it finished", 502))
             for frame in frames:
                 outcome.frames += 1
                 yield frame
             if frames:
                 last_write = time.monotonic()
 
-    def _translate(self, data: bytes) -> list[bytes]:
-        """Upstream bytes → client frames. A bug in a codec must not cut the client's stream off
-        without its terminator: it becomes the protocol's in-band error, and the log has the rest."""
+    def _translate(self, data: bytes | None) -> list[bytes]:
+        """Upstream bytes (None: the end of them) → client frames. A bug in a codec must not cut
+        the client's stream off without its terminator: it becomes the protocol's in-band error,
+        and the log has the rest."""
+        relay = self._relay
+        frames: list[bytes] = []
         try:
-            return [f for ev in self._parser.feed(data) for f in self._relay.feed(ev)]
+            for ev in self._parser.feed(data) if data is not None else self._parser.flush():
+                produced = relay.feed(ev)
+                if relay.failed is not None and self._frames_before_failure is None:
+                    self._frames_before_failure = self._outcome.frames + len(frames)
+                frames += produced
+            if data is None:
+                produced = relay.close()
+                if relay.failed is not None and self._frames_before_failure is None:
+                    self._frames_before_failure = self._outcome.frames + len(frames)
+                frames += produced
         except Exception:
             log.exception("translating the upstream stream failed")
-            info = ErrorInfo("api_error", "The proxy could not translate the upstream's stream; "
-                                          "its log has the details.", 500)
-            self._outcome.error = info
-            return self._relay.fail(info)
+            return frames + self._fail(ErrorInfo("api_error", "The proxy could not translate the upstream's "
+                                                              "stream; its log has the details.", 500))
+        return frames
 
-    def _read_upstream(self) -> None:
-        """Reader greenlet: upstream body → queue. Blocks on a full queue (backpressure)."""
-        read = self._upstream.raw.read1
-        put = self._queue.put
+    def _fail(self, info: ErrorInfo) -> list[bytes]:
+        """End the client's stream with `info` as its in-band error."""
+        self._outcome.error = info
+        if self._frames_before_failure is None:
+            self._frames_before_failure = self._outcome.frames
+        return self._relay.fail(info)
+
+    def _wait(self, seconds: float) -> str:
+        """Park this greenlet until the upstream socket is readable, `seconds` pass, the client's
+        socket is readable or `interrupt()` is called; say which. Watchers, not greenlets: nothing
+        runs for a stream while it waits, and waking costs one switch."""
+        if self._body.pending():
+            return _UPSTREAM
+        if seconds <= 0:
+            return _DEADLINE
+        wake = self._wake
+        timer = self._loop.timer(seconds)
+        self._upstream_ready.start(wake, _UPSTREAM)
+        timer.start(wake, _DEADLINE)
+        if self._client_readable is not None:
+            self._client_readable.start(wake, _CLIENT)
+        self._waiting = gevent.getcurrent()
         try:
-            while True:
-                data = read(READ_SIZE)
-                if not data:
-                    break
-                put(data)
-            put(_EOF)
-        except gevent.GreenletExit:
-            raise
-        except Exception as exc:
-            put(_read_error(exc))
+            return self._hub.switch()
+        finally:
+            self._waiting = None
+            self._upstream_ready.stop()
+            timer.stop()
+            if self._client_readable is not None:
+                self._client_readable.stop()
 
-    def _watch_client(self, sock: socket.socket) -> None:
-        """Watcher greenlet: a client that hangs up makes its socket readable with EOF."""
-        if not hung_up(sock):
-            return
-        self._reader.kill(block=False)
-        # If the queue is full the body is blocked writing to the client, and that write will fail.
-        with contextlib.suppress(Full):
-            self._queue.put_nowait(_CLIENT_GONE)
+    def _wake(self, why: str) -> None:
+        """Run by the hub: resume the parked greenlet. A stop() clears a watcher's pending call, so
+        only an interrupt's callback can arrive after the greenlet moved on; it then does nothing."""
+        waiting = self._waiting
+        if waiting is not None:
+            waiting.switch(why)
 
-
-def _read_error(exc: Exception) -> ErrorInfo:
-    text = f"{type(exc).__name__}: {exc}".lower()
-    if "timed out" in text or "timeout" in text:
-        return ErrorInfo("timeout", "upstream stopped sending before the stream finished (read timeout)", 504)
-    return ErrorInfo("upstream_error", "the upstream connection broke before the stream finished", 502)
+    def _client_left(self) -> bool:
+        """The client's socket became readable while we waited: a hang-up, or the client sending
+        its next request early (pipelining), after which its socket is no longer watched."""
+        assert self._client is not None
+        left = peer_left(self._client)
+        if left is False:
+            self._client_readable = None
+        return bool(left)

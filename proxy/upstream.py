@@ -10,9 +10,7 @@ says `trust_env: true`. Nothing here decides *what* to send or whether to retry.
 from __future__ import annotations
 
 import logging
-import socket
 from dataclasses import dataclass
-from typing import Any
 
 import requests
 from requests.adapters import HTTPAdapter
@@ -158,15 +156,3 @@ def read_capped(resp: requests.Response, limit: int = MAX_ERROR_BODY) -> bytes:
     finally:
         resp.close()
     return data or b""
-
-
-def set_read_timeout(resp: requests.Response, seconds: float) -> None:
-    """Give a streaming response's socket its own read timeout, distinct from the header timeout.
-
-    requests applies one read timeout to the headers and to every later read; a stream needs the
-    header timeout first and then the (usually longer) idle deadline. http.client keeps the socket
-    behind a BufferedReader, so we reach it there and fall back silently if the layout changes.
-    """
-    sock: Any = getattr(getattr(getattr(getattr(resp.raw, "_fp", None), "fp", None), "raw", None), "_sock", None)
-    if isinstance(sock, socket.socket):
-        sock.settimeout(seconds)
