@@ -46,7 +46,7 @@ class Timeouts:
 class Streaming:
     keepalive_interval: float = 10.0  # upstream silence before the client gets a keepalive
     idle_timeout: float = 300.0  # upstream silence that ends a stream with an in-band error
-    queue_size: int = 16  # accepted for older configs, unused: streams read the upstream only as the client takes frames
+    queue_size: int = 16  # accepted for older configs, unused: a stream reads as fast as its client takes frames
 
 
 @dataclass(frozen=True)

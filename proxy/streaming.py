@@ -37,6 +37,7 @@ from gevent.socket import wait_read
 
 from proxy.config import Streaming
 from proxy.ir.response import ErrorInfo
+from proxy.sockets import peek
 from proxy.sse import SSEParser
 from proxy.transcode import StreamRelay
 from proxy.upstream_body import UpstreamBody, UpstreamBodyError
@@ -72,27 +73,24 @@ def hangup_aborts(sock: socket.socket | None) -> Iterator[None]:
         yield
         return
     target = gevent.getcurrent()
-    fired = False
+    readable = gevent.get_hub().loop.io(sock.fileno(), 1)
 
-    def watch() -> None:
-        nonlocal fired
-        if hung_up(sock):
-            fired = True
-            gevent.kill(target, ClientGone)
+    def client_readable() -> None:
+        # Run by the hub while `target` is parked in some wait, so the throw lands in that wait,
+        # now. (gevent.kill would deliver it at the next switch, which can come after this block
+        # has ended — mid-stream, or in the server's write — as an unhandled error.)
+        left = peer_left(sock)
+        if left is None:
+            return
+        readable.stop()
+        if left:
+            target.throw(ClientGone)
 
-    watcher = gevent.spawn(watch)
+    readable.start(client_readable)
     try:
         yield
     finally:
-        # A kill is delivered at this greenlet's next switch. If the watcher fires as the body
-        # finishes, that switch would come later — mid-stream, or in the server's write — and
-        # surface there as an unhandled error. So wait for the watcher to be gone, and take any
-        # kill it sent here; the client has left, and the stream's own watcher or the failed
-        # write will say so where it matters.
-        with contextlib.suppress(ClientGone):
-            watcher.kill(block=True)
-            if fired:
-                gevent.sleep(0)
+        readable.stop()  # also drops a callback already due: nothing arrives after the block
 
 
 def hung_up(sock: socket.socket) -> bool:
@@ -109,16 +107,10 @@ def hung_up(sock: socket.socket) -> bool:
 
 
 def peer_left(sock: socket.socket) -> bool | None:
-    """Once the client's socket is readable: True if the client hung up, False if it sent data,
-    None if there was nothing after all. Peeks at the OS socket without blocking (gevent's own
-    recv would wait for data, and a TLS socket refuses to peek)."""
-    os_socket = getattr(sock, "_sock", sock)
-    try:
-        return not os_socket.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
-    except (BlockingIOError, InterruptedError):
-        return None
-    except OSError:
-        return True
+    """Once the client's socket is readable: True if the client hung up, False if it sent data
+    (pipelining, which is not a hang-up), None if there was nothing after all."""
+    waiting = peek(sock)
+    return None if waiting is None else not waiting
 
 
 class EarlyStreamFailure(Exception):
@@ -170,6 +162,9 @@ class StreamingBody:
         self._hub, self._loop = hub, hub.loop
         self._upstream_ready = self._loop.io(self._body.fileno(), 1)
         self._client_readable = self._loop.io(client_socket.fileno(), 1) if client_socket is not None else None
+        self._client_signalled = False  # the client's socket became readable while we were writing
+        self._timer: Any = None
+        self._last_data = self._last_write = 0.0  # monotonic times the upstream sent, we wrote
         self._frames = self._run()
         _LIVE.add(self)
 
@@ -199,6 +194,7 @@ class StreamingBody:
         on_close, self._on_close = self._on_close, None
         _LIVE.discard(self)
         self._frames.close()
+        self._stop_watching()
         self._body.close()
         self._upstream.close()
         self._outcome.usage = self._relay.usage
@@ -222,50 +218,54 @@ class StreamingBody:
     # ------------------------------------------------------------ the loop
 
     def _run(self) -> Generator[bytes, None, None]:
-        relay, body, outcome = self._relay, self._body, self._outcome
-        interval = self._settings.keepalive_interval
-        idle_timeout = self._settings.idle_timeout
-        last_data = last_write = time.monotonic()
-        while not relay.done:
-            frames: list[bytes]
-            if self._interrupted is not None:
-                frames = self._fail(self._interrupted)
-            else:
-                try:
-                    data = body.read()
-                except UpstreamBodyError as exc:
-                    log.info("upstream stream broke off: %s", exc.detail)
-                    frames = self._fail(exc.info)
-                else:
-                    if data is None:  # nothing yet: wait for the upstream, a deadline or the client
-                        now = time.monotonic()
-                        woke = self._wait(min(last_write + interval, last_data + idle_timeout) - now)
-                        if woke is _CLIENT and self._client_left():
-                            outcome.client_gone = True
-                            return
-                        if woke is not _DEADLINE:
-                            continue
-                        now = time.monotonic()
-                        if now - last_data >= idle_timeout:
-                            silent = f"upstream sent nothing for {idle_timeout:g}s"
-                            frames = self._fail(ErrorInfo("timeout", silent, 504))
-                        elif now - last_write >= interval:
-                            frames = relay.keepalive()
-                        else:
-                            continue
-                    elif data:
-                        last_data = time.monotonic()
-                        frames = self._translate(data)
-                    else:  # the upstream's body ended
-                        frames = self._translate(None)
-                        if not relay.done:  # a codec that cannot finish must still end the client's stream
-                            frames += self._fail(ErrorInfo("upstream_error", "the upstream stream ended "
-                                                           "before it finished", 502))
-            for frame in frames:
-                outcome.frames += 1
-                yield frame
-            if frames:
-                last_write = time.monotonic()
+        relay, outcome = self._relay, self._outcome
+        self._last_data = self._last_write = time.monotonic()
+        try:
+            while not relay.done:
+                frames = self._step()
+                if frames is None:
+                    outcome.client_gone = True
+                    return
+                for frame in frames:
+                    outcome.frames += 1
+                    yield frame
+                if frames:
+                    self._last_write = time.monotonic()
+        finally:
+            # The upstream's socket may already serve another request from the pool.
+            self._stop_watching()
+
+    def _step(self) -> list[bytes] | None:
+        """The frames to send next — none yet if only a wait ended; None if the client left."""
+        relay = self._relay
+        if self._interrupted is not None:
+            return self._fail(self._interrupted)
+        try:
+            data = self._body.read()
+        except UpstreamBodyError as exc:
+            log.info("upstream stream broke off: %s", exc.detail)
+            return self._fail(exc.info)
+        if data:
+            self._last_data = time.monotonic()
+            return self._translate(data)
+        if data is not None:  # b"": the upstream's body ended
+            frames = self._translate(None)
+            if not relay.done:  # a codec that cannot finish must still end the client's stream
+                frames += self._fail(ErrorInfo("upstream_error", "the upstream stream ended before it finished", 502))
+            return frames
+        # Nothing yet: wait for the upstream, the next deadline or the client.
+        interval, idle_timeout = self._settings.keepalive_interval, self._settings.idle_timeout
+        woke = self._wait(min(self._last_write + interval, self._last_data + idle_timeout) - time.monotonic())
+        if woke is _CLIENT:
+            return None if self._client_left() else []
+        if woke is not _DEADLINE:
+            return []
+        now = time.monotonic()
+        if now - self._last_data >= idle_timeout:
+            return self._fail(ErrorInfo("timeout", f"upstream sent nothing for {idle_timeout:g}s", 504))
+        if now - self._last_write >= interval:
+            return relay.keepalive()
+        return []
 
     def _translate(self, data: bytes | None) -> list[bytes]:
         """Upstream bytes (None: the end of them) → client frames. A bug in a codec must not cut
@@ -300,39 +300,60 @@ class StreamingBody:
     def _wait(self, seconds: float) -> str:
         """Park this greenlet until the upstream socket is readable, `seconds` pass, the client's
         socket is readable or `interrupt()` is called; say which. Watchers, not greenlets: nothing
-        runs for a stream while it waits, and waking costs one switch."""
+        runs for a stream while it waits, and waking costs one switch. The watchers stay started
+        from one wait to the next (starting and stopping them for every chunk was a measurable
+        share of its CPU); `_wake` stops one that fires while the greenlet is busy elsewhere."""
         if self._body.pending():
             return _UPSTREAM
+        if self._client_signalled:
+            self._client_signalled = False
+            return _CLIENT
         if seconds <= 0:
             return _DEADLINE
         wake = self._wake
-        timer = self._loop.timer(seconds)
-        self._upstream_ready.start(wake, _UPSTREAM)
-        timer.start(wake, _DEADLINE)
-        if self._client_readable is not None:
-            self._client_readable.start(wake, _CLIENT)
+        if not self._upstream_ready.active:
+            self._upstream_ready.start(wake, _UPSTREAM)
+        client = self._client_readable
+        if client is not None and not client.active:
+            client.start(wake, _CLIENT)
+        # Deadlines only move later, so a timer still running fires at or before this one: it
+        # may wake us early (the loop then waits again), never late.
+        if self._timer is None or not self._timer.active:
+            self._timer = self._loop.timer(seconds)
+            self._timer.start(wake, _DEADLINE)
         self._waiting = gevent.getcurrent()
         try:
             return self._hub.switch()
         finally:
             self._waiting = None
-            self._upstream_ready.stop()
-            timer.stop()
-            if self._client_readable is not None:
-                self._client_readable.stop()
 
     def _wake(self, why: str) -> None:
-        """Run by the hub: resume the parked greenlet. A stop() clears a watcher's pending call, so
-        only an interrupt's callback can arrive after the greenlet moved on; it then does nothing."""
+        """Run by the hub when a watcher fires or an interrupt is due: resume the greenlet if it is
+        parked in `_wait`. If it is not (it is writing to the client), a readable socket would fire
+        again on every turn of the loop, so its watcher stops until the next wait; a client that
+        became readable is remembered."""
         waiting = self._waiting
         if waiting is not None:
             waiting.switch(why)
+        elif why is _UPSTREAM:
+            self._upstream_ready.stop()
+        elif why is _CLIENT and self._client_readable is not None:
+            self._client_readable.stop()
+            self._client_signalled = True
+
+    def _stop_watching(self) -> None:
+        self._upstream_ready.stop()
+        if self._client_readable is not None:
+            self._client_readable.stop()
+        if self._timer is not None:
+            self._timer.stop()
 
     def _client_left(self) -> bool:
         """The client's socket became readable while we waited: a hang-up, or the client sending
         its next request early (pipelining), after which its socket is no longer watched."""
         assert self._client is not None
         left = peer_left(self._client)
-        if left is False:
+        if left is False and self._client_readable is not None:
+            self._client_readable.stop()
             self._client_readable = None
         return bool(left)

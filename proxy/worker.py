@@ -12,6 +12,7 @@ Imported by gunicorn's master (as `worker_class`) before any monkey-patching, li
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 import gevent
@@ -23,6 +24,13 @@ END_STREAMS_BEFORE_DEADLINE = 1.5
 
 
 class ProxyGeventWorker(GeventWorker):
+    def handle(self, listener: Any, client: socket.socket, addr: Any) -> None:
+        """A stream's response headers and its first frame are two small writes; with Nagle's
+        algorithm the second waits for the client to acknowledge the first."""
+        if client.family in (socket.AF_INET, socket.AF_INET6):
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        super().handle(listener, client, addr)
+
     def handle_exit(self, sig: int, frame: Any) -> None:
         """SIGTERM, the graceful stop (SIGINT and SIGQUIT are gunicorn's quick stops)."""
         super().handle_exit(sig, frame)

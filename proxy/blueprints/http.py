@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-import uuid
+import secrets
 from typing import Any
 
 from flask import Flask, Response, g, request
@@ -56,7 +56,7 @@ def install(app: Flask, client_keys: KeyChecker, admin_keys: KeyChecker, max_bod
     @app.before_request
     def _begin() -> Response | None:
         incoming = request.headers.get("x-request-id", "")
-        g.request_id = incoming if _REQUEST_ID.match(incoming) else "req_" + uuid.uuid4().hex
+        g.request_id = incoming if _REQUEST_ID.match(incoming) else "req_" + secrets.token_hex(16)
         logs.request_id.set(g.request_id)
         if request.method == "OPTIONS":
             return _preflight()
