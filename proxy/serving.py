@@ -92,6 +92,7 @@ def settings(bind: str | None = None, workers: int | None = None) -> dict[str, A
         # "off" disables the access log entirely; /dev/null would still format every line.
         "accesslog": None if env.get("LLM_PROXY_ACCESS_LOG") == "off" else env.get("LLM_PROXY_ACCESS_LOG", "-"),
         "access_log_format": ACCESS_LOG_FORMAT,
+        "logger_class": "proxy.access_log.ProxyLogger",
         "errorlog": "-",
         "loglevel": env.get("LLM_PROXY_GUNICORN_LOG_LEVEL", "info"),
         "on_starting": _check_config,

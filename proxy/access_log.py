@@ -1,0 +1,88 @@
+"""The gunicorn access log line, formatted from only the fields its format names.
+
+Owns gunicorn's `logger_class`. gunicorn's own logger builds, for every request, a dict of every
+request header, response header and WSGI environ entry (and the formatted time) before applying
+a format that reads six of them — 0.13 ms per request, a seventh of a non-streamed request's
+CPU in the benchmark. Here the fields are computed when the format asks for them; any field
+beyond the common ones falls back to gunicorn's full set, so a custom `access_log_format` keeps
+working unchanged.
+
+Imported by gunicorn's master before any monkey-patching: stdlib and gunicorn only.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from gunicorn import glogging
+
+
+class _Atoms(Mapping[str, Any]):
+    """What `%(name)s` in the access-log format reads, with gunicorn's conventions: '-' for an
+    absent field, `{header}i` / `{header}o` / `{variable}e` case-insensitive, double quotes in
+    values escaped (a client-chosen User-Agent must not break the line's quoting)."""
+
+    def __init__(self, logger: glogging.Logger, resp: Any, req: Any, environ: dict[str, Any],
+                 request_time: Any) -> None:
+        self._args = (logger, resp, req, environ, request_time)
+        self._all: Mapping[str, Any] | None = None
+
+    def __getitem__(self, key: str) -> Any:
+        _, resp, req, environ, request_time = self._args
+        field = _COMMON.get(key)
+        if field is not None:
+            value = field(resp, environ, request_time)
+        elif key.endswith("}o") and key.startswith("{"):
+            value = _header(resp.headers, key[1:-2])
+        elif key.endswith("}i") and key.startswith("{"):
+            value = _header(getattr(req, "headers", ()), key[1:-2])
+        else:
+            return self._everything()[key]
+        return value.replace('"', '\\"') if isinstance(value, str) else value
+
+    def _everything(self) -> Mapping[str, Any]:
+        if self._all is None:
+            logger = self._args[0]
+            self._all = logger.atoms_wrapper_class(logger.atoms(*self._args[1:]))
+        return self._all
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._everything())
+
+    def __len__(self) -> int:  # logging formats with a mapping only if it is non-empty
+        return len(_COMMON)
+
+
+def _header(headers: Any, name: str) -> str:
+    name = name.lower()
+    for key, value in headers:
+        if key.lower() == name:
+            return str(value)
+    return "-"
+
+
+def _status(resp: Any) -> str:
+    status = resp.status
+    return status.split(None, 1)[0] if isinstance(status, str) else str(status)
+
+
+_COMMON: dict[str, Callable[[Any, dict[str, Any], Any], Any]] = {
+    "h": lambda resp, env, t: env.get("REMOTE_ADDR", "-"),
+    "r": lambda resp, env, t: f"{env['REQUEST_METHOD']} {env['RAW_URI']} {env['SERVER_PROTOCOL']}",
+    "s": lambda resp, env, t: _status(resp),
+    "B": lambda resp, env, t: getattr(resp, "sent", None),
+    "M": lambda resp, env, t: t.seconds * 1000 + t.microseconds // 1000,
+    "a": lambda resp, env, t: env.get("HTTP_USER_AGENT", "-"),
+}
+
+
+class ProxyLogger(glogging.Logger):
+    def access(self, resp: Any, req: Any, environ: dict[str, Any], request_time: Any) -> None:
+        if not self.access_log_enabled:
+            return
+        try:
+            self.access_log.info(self.cfg.access_log_format, _Atoms(self, resp, req, environ, request_time))
+        except Exception:
+            self.error(traceback.format_exc())
