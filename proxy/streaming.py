@@ -33,7 +33,6 @@ from typing import Any
 
 import gevent
 import requests
-from gevent.socket import wait_read
 
 from proxy.config import Streaming
 from proxy.ir.response import ErrorInfo
@@ -91,19 +90,6 @@ def hangup_aborts(sock: socket.socket | None) -> Iterator[None]:
         yield
     finally:
         readable.stop()  # also drops a callback already due: nothing arrives after the block
-
-
-def hung_up(sock: socket.socket) -> bool:
-    """Block until the client's socket is readable; True if that is because the client left (EOF or
-    reset), False if it sent more data (pipelining), which is not a hang-up."""
-    while True:
-        try:
-            wait_read(sock.fileno())
-        except OSError:
-            return True
-        left = peer_left(sock)
-        if left is not None:
-            return left
 
 
 def peer_left(sock: socket.socket) -> bool | None:
