@@ -17,11 +17,12 @@ import openai
 import pytest
 
 from proxy.demo.faces import demo_signature
-from tests.conftest import CLIENT_KEY, DemoUpstream, ProxyServer, stop_proxy
+from tests.conftest import CLIENT_KEY, DemoUpstream, ProxyServer
 from tests.integration.upstreams import (
     WEATHER_PARAMS,
     anthropic_client,
     assert_pool_moves_on,
+    only_request,
     openai_client,
     rid,
     upstream_proxy,
@@ -35,21 +36,17 @@ MODEL = "claude-test"
 
 @pytest.fixture(scope="module")
 def ant_proxy(demo_upstream: DemoUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyServer]:
-    server = upstream_proxy(demo_upstream, Path(tmp_path_factory.mktemp("anthropic-upstream")), "anthropic",
-                            "claude", KEYS, max_output_tokens=8192)
-    yield server
-    stop_proxy(server)
-    demo_upstream.control("/_demo/keys", method="DELETE")
+    with upstream_proxy(demo_upstream, Path(tmp_path_factory.mktemp("anthropic-upstream")), "anthropic",
+                        "claude", KEYS, max_output_tokens=8192) as server:
+        yield server
 
 
 def seen(demo: DemoUpstream, request_id: str) -> dict[str, Any]:
-    (record,) = demo.requests(request_id)
-    return record
+    return only_request(demo, request_id, "/v1/messages")
 
 
 def assert_anthropic_request(record: dict[str, Any]) -> dict[str, Any]:
     """What every request to an Anthropic upstream must look like."""
-    assert record["path"] == "/v1/messages"
     headers = record["headers"]
     assert headers["x-api-key"] in KEYS and "authorization" not in headers
     assert headers["anthropic-version"]

@@ -15,11 +15,12 @@ import pytest
 
 from proxy.demo.faces import demo_encrypted
 from tests.clients import read_responses_stream
-from tests.conftest import CLIENT_KEY, DemoUpstream, ProxyServer, stop_proxy
+from tests.conftest import CLIENT_KEY, DemoUpstream, ProxyServer
 from tests.integration.upstreams import (
     WEATHER_PARAMS,
     anthropic_client,
     assert_pool_moves_on,
+    only_request,
     openai_client,
     rid,
     upstream_proxy,
@@ -33,16 +34,13 @@ MODEL = "gpt-resp-test"
 
 @pytest.fixture(scope="module")
 def resp_proxy(demo_upstream: DemoUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyServer]:
-    server = upstream_proxy(demo_upstream, Path(tmp_path_factory.mktemp("responses-upstream")), "responses",
-                            "resp", KEYS)
-    yield server
-    stop_proxy(server)
-    demo_upstream.control("/_demo/keys", method="DELETE")
+    with upstream_proxy(demo_upstream, Path(tmp_path_factory.mktemp("responses-upstream")), "responses",
+                        "resp", KEYS) as server:
+        yield server
 
 
 def upstream_body(demo: DemoUpstream, request_id: str) -> dict[str, Any]:
-    (record,) = demo.requests(request_id)
-    assert record["path"] == "/v1/responses"
+    record = only_request(demo, request_id, "/v1/responses")
     assert record["headers"]["authorization"] in {f"Bearer {k}" for k in KEYS}
     body: dict[str, Any] = record["body"]
     assert isinstance(body["input"], list)

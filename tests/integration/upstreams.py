@@ -5,9 +5,10 @@ the client got."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,19 +16,33 @@ from anthropic import Anthropic
 from openai import OpenAI
 
 from proxy.demo.scenarios import ANSWER
-from tests.conftest import CLIENT_KEY, DemoUpstream, ProxyServer, start_proxy
+from tests.conftest import CLIENT_KEY, DemoUpstream, ProxyServer, start_proxy, stop_proxy
 from tests.integration.test_pool import ADMIN_KEY, account, admin
 
 WEATHER_PARAMS = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 
 
+@contextlib.contextmanager
 def upstream_proxy(demo: DemoUpstream, tmp: Path, protocol: str, name: str, keys: tuple[str, ...],
-                   **upstream: Any) -> ProxyServer:
-    """The proxy with one upstream of `protocol` (accounts NAME-0, NAME-1, …) and the admin API."""
+                   **upstream: Any) -> Iterator[ProxyServer]:
+    """The proxy with one upstream of `protocol` (accounts NAME-0, NAME-1, …) and the admin API;
+    stopped afterwards, and the demo's per-key faults cleared."""
     config = {"client_keys": [CLIENT_KEY], "admin_keys": [ADMIN_KEY], "upstreams": [{
         "name": name, "protocol": protocol, "base_url": demo.url, "pool": {"probe": {"interval": 3600}},
         "accounts": [{"id": f"{name}-{i}", "api_key": key} for i, key in enumerate(keys)], **upstream}]}
-    return start_proxy(config, tmp)
+    server = start_proxy(config, tmp)
+    try:
+        yield server
+    finally:
+        stop_proxy(server)
+        demo.control("/_demo/keys", method="DELETE")
+
+
+def only_request(demo: DemoUpstream, request_id: str, path: str) -> dict[str, Any]:
+    """The one request the upstream saw under `request_id`; it went to `path`."""
+    (record,) = demo.requests(request_id)
+    assert record["path"] == path
+    return record
 
 
 def rid() -> str:
