@@ -47,3 +47,12 @@ def test_our_format_reads_no_header_or_environ_dict() -> None:
     line = ACCESS_LOG_FORMAT % atoms
     assert atoms._all is None  # the full field set was never built
     assert line == '127.0.0.1 "POST /v1/messages?beta=true HTTP/1.1" 200 1234 2345ms rid=req_abc ua="sdk \\"quoted\\""'
+
+
+def test_gunicorn_configured_by_proxy_serving_logs_through_it() -> None:
+    from proxy.serving import settings
+
+    config = Config()
+    for name, value in settings().items():
+        config.set(name, value)
+    assert config.logger_class is ProxyLogger
