@@ -9,6 +9,7 @@ which is all `requests` sends.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import select
 import socket
 from collections.abc import Callable
@@ -31,6 +32,7 @@ class HTTPRequest:
     headers: dict[str, str]  # lower-cased names
     body: bytes
     extra: dict[str, Any] = field(default_factory=dict)
+    connection: int = 0  # which TCP connection it came on (numbered from 1), to see connection reuse
 
 
 class PeerGone(Exception):
@@ -99,7 +101,10 @@ Handler = Callable[[HTTPRequest, Writer], None]
 
 
 def serve(listener: socket.socket, handler: Handler) -> StreamServer:
+    connections = itertools.count(1)
+
     def handle(sock: socket.socket, _addr: Any) -> None:
+        connection = next(connections)
         # Without this, Nagle's algorithm holds each small SSE write until the previous one is
         # ACKed, and the client's delayed ACK turns that into ~40 ms per event.
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -109,6 +114,7 @@ def serve(listener: socket.socket, handler: Handler) -> StreamServer:
                 req = _read_request(rfile)
                 if req is None:
                     return
+                req.connection = connection
                 writer = Writer(sock)
                 try:
                     handler(req, writer)

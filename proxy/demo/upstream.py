@@ -7,7 +7,8 @@ that tests use to see what reached the upstream and to steer it:
 
   GET  /v1/dashboard/balance             {"data": {"total_available": N}}, N fixed per key
 
-  GET  /_demo/requests?request_id=ID     requests received (headers, presented key, JSON body)
+  GET  /_demo/requests?request_id=ID     requests received (headers, presented key, JSON body,
+                                         the number of the connection it came on)
   POST /_demo/release?request_id=ID      let a `[demo:hold]` stream continue
   GET  /_demo/wait?request_id=ID&timeout=S
                                          block until the proxy hung up on that request's stream
@@ -72,7 +73,8 @@ class DemoUpstream:
         key = _presented_key(req.headers)
         rid = req.headers.get("x-request-id", "")
         record: dict[str, Any] = {"request_id": rid, "method": req.method, "path": req.path, "key": key,
-                                  "headers": req.headers, "body": None, "received_at": time.time()}
+                                  "headers": req.headers, "body": None, "received_at": time.time(),
+                                  "connection": req.connection}
         try:
             record["body"] = json.loads(req.body) if req.body else None
         except ValueError:
