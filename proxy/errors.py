@@ -132,7 +132,6 @@ def parse_upstream_error(status: int, body: bytes, secrets: Iterable[str] = ()) 
         status=status,
         code=str(code) if code is not None else None,
         param=str(param) if param is not None else None,
-        upstream_type=str(utype) if utype is not None else None,
     )
 
 

@@ -114,7 +114,22 @@ def parse(raw: Any, environ: Mapping[str, str] | None = None, source: str = "<me
         state_path=None if top.get("state_path", "llm-proxy-state.db") in (None, "", ":memory:")
         else str_(top.get("state_path", "llm-proxy-state.db"), "state_path"),
         source=source,
+        deprecated=_deprecated(top),
     )
+
+
+# Said once at startup and by check-config when a config sets the key.
+QUEUE_SIZE_NO_EFFECT = (
+    "streaming.queue_size: has no effect and is deprecated (a stream reads the upstream only after the "
+    "client's socket took the previous frames, so memory per stream is one read whatever the value); "
+    "remove it from the config"
+)
+
+
+def _deprecated(top: Mapping[str, Any]) -> tuple[str, ...]:
+    """What the config sets that older versions used and this one accepts without effect."""
+    streaming = top.get("streaming")
+    return (QUEUE_SIZE_NO_EFFECT,) if isinstance(streaming, dict) and "queue_size" in streaming else ()
 
 
 # ---------------------------------------------------------------- sections
@@ -239,13 +254,14 @@ def _response_store(raw: Any, path: str) -> ResponseStoreConfig:
 def _streaming(raw: Any, path: str) -> Streaming:
     s = mapping(raw, path)
     known(s, path, {"keepalive_interval", "idle_timeout", "queue_size"})
+    if "queue_size" in s:  # deprecated, without effect (QUEUE_SIZE_NO_EFFECT); still checked as it always was
+        int_(s["queue_size"], f"{path}.queue_size", minimum=1)
     d = Streaming()
     return Streaming(
         keepalive_interval=number(
             s.get("keepalive_interval", d.keepalive_interval), f"{path}.keepalive_interval", minimum=0.01
         ),
         idle_timeout=number(s.get("idle_timeout", d.idle_timeout), f"{path}.idle_timeout", minimum=0.01),
-        queue_size=int_(s.get("queue_size", d.queue_size), f"{path}.queue_size", minimum=1),
     )
 
 

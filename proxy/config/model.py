@@ -36,7 +36,6 @@ class Timeouts:
 class Streaming:
     keepalive_interval: float = 10.0  # upstream silence before the client gets a keepalive
     idle_timeout: float = 300.0  # upstream silence that ends a stream with an in-band error
-    queue_size: int = 16  # accepted for older configs, unused: a stream reads as fast as its client takes frames
 
 
 @dataclass(frozen=True)
@@ -117,3 +116,6 @@ class Config:
     protocol_plugins: tuple[str, ...] = ()  # modules to import that register extra protocols
     log_level: str = "info"
     source: str = "<memory>"
+    # Keys this config sets that are still accepted but do nothing, each as one line naming the key
+    # and saying so: logged once when the server starts, and printed by `check-config`.
+    deprecated: tuple[str, ...] = ()

@@ -10,6 +10,8 @@ from typing import Any
 
 from proxy.config.values import ConfigError, choice, int_, known, mapping, number, required, str_
 
+# The one list of each: the selection policies `proxy.pool.selection` implements and the actions
+# `proxy.pool.classify` can take (what each means is said there).
 POLICIES = ("lru", "balance", "round_robin", "weighted")
 ACTIONS = ("fail", "next", "cool", "disable")
 

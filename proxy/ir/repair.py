@@ -8,7 +8,7 @@ arrive in another order, or results answer calls that are no longer in the histo
 upstreams (OpenAI, Anthropic) reject all of these with a 400.
 
 The rule itself (`match_results`) and its wording (`MISSING_RESULT`, `orphan_text`) are shared
-with the same-protocol paths, which apply it to the raw bodies (each protocol's `tool_pairs`).
+with the passthrough paths, which apply it to the raw bodies (each protocol's `tool_pairs`).
 Pure: must not import Flask or requests.
 """
 

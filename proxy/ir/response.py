@@ -61,7 +61,6 @@ class ErrorInfo:
     status: int = 500
     code: str | None = None
     param: str | None = None
-    upstream_type: str | None = None  # the upstream's own error type string, if it had one
 
 
 @dataclass(slots=True)

@@ -25,7 +25,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 
-ACTIONS = ("fail", "next", "cool", "disable")
 MAX_COOLDOWN = 86400.0  # a reset header further out than a day is not believed
 
 

@@ -17,8 +17,6 @@ from collections.abc import Sequence
 
 from proxy.pool.state import AccountState
 
-POLICIES = ("lru", "balance", "round_robin", "weighted")
-
 
 def choose(policy: str, candidates: Sequence[AccountState], order: Sequence[str], last_chosen: str | None,
            rng: random.Random) -> AccountState | None:

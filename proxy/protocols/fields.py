@@ -32,3 +32,9 @@ def items(doc: Any, key: str) -> list[Any]:
     """A list field (content parts, summary parts, output items); [] when missing or not a list."""
     value = doc.get(key) if isinstance(doc, dict) else None
     return value if isinstance(value, list) else []
+
+
+def objects(doc: Any, key: str) -> list[dict[str, Any]]:
+    """The object entries of a list field (content blocks, output items); entries of any other
+    type are skipped (use `items` where an entry's position counts)."""
+    return [entry for entry in items(doc, key) if isinstance(entry, dict)]

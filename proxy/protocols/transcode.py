@@ -1,4 +1,5 @@
-"""The stream relay contract the streaming engine drives, and its two shared implementations.
+"""The stream relay contract the streaming engine drives, its two shared implementations, and
+the words every upstream stream reader uses for a stream that breaks.
 
 Owns the seam between IO and translation: the engine hands each upstream SSE event to a
 `StreamRelay` and yields the frames it returns. A relay is either a protocol's passthrough
@@ -11,7 +12,8 @@ Pure: must not import Flask or requests.
 
 from __future__ import annotations
 
-from typing import Protocol
+import json
+from typing import Any, Protocol
 
 from proxy.ir.events import Event, Failure, Finish, Start, UsageUpdate
 from proxy.ir.response import ErrorInfo, Usage
@@ -43,6 +45,28 @@ class StreamRelay(Protocol):
     def close(self) -> list[bytes]: ...
     def keepalive(self) -> list[bytes]: ...
     def fail(self, info: ErrorInfo) -> list[bytes]: ...
+
+
+def parse_payload(text: str, noun: str) -> dict[str, Any] | ErrorInfo:
+    """An upstream event's JSON object, or the stream error it is when it is not one — in the same
+    words from every stream decoder and the Chat passthrough (`noun`: "chunk" for Chat, "event"
+    for the protocols with named events). The caller decodes the bytes, invalid UTF-8 as U+FFFD
+    (`decode("utf-8", "replace")`): the Chat passthrough must know whether any was replaced, and
+    json.loads on text skips the encoding detection it runs on bytes. Called for every event."""
+    try:
+        payload = json.loads(text)
+    except ValueError:
+        return ErrorInfo("upstream_error", f"upstream sent a malformed JSON {noun} in its stream", 502)
+    if isinstance(payload, dict):
+        return payload
+    return ErrorInfo("upstream_error", f"upstream sent a stream {noun} that is not a JSON object", 502)
+
+
+def closed_early(started: bool) -> ErrorInfo:
+    """The upstream closed the stream before it finished: it broke off, or never began."""
+    if not started:
+        return ErrorInfo("upstream_error", "upstream closed the stream without sending any event", 502)
+    return ErrorInfo("upstream_error", "upstream closed the stream before it finished", 502)
 
 
 def add_usage(total: Usage | None, ev: Event) -> Usage | None:

@@ -99,12 +99,6 @@ def get_objects(obj: dict[str, Any], key: str, path: str) -> list[dict[str, Any]
     return [expect(entry, dict, join(join(path, key), i)) for i, entry in enumerate(value)]
 
 
-def get_object(obj: dict[str, Any], key: str, path: str) -> dict[str, Any]:
-    """An optional object: {} when absent or null, a 400 naming it when it is something else."""
-    value = get(obj, key, dict, path)
-    return value if value is not None else {}
-
-
 def get_text(obj: dict[str, Any], key: str, path: str) -> str:
     """An optional string: "" when absent or null, a 400 naming it when it is something else."""
     value = get(obj, key, str, path)

@@ -69,6 +69,8 @@ def _check(path: str) -> int:
         return 2
     accounts = sum(len(u.accounts) for u in config.upstreams)
     print(f"{path}: OK ({len(config.upstreams)} upstream(s), {accounts} account(s))")
+    for note in config.deprecated:
+        print(f"llm-proxy: config warning: {note}", file=sys.stderr)
     return 0
 
 

@@ -14,6 +14,7 @@ defeat that. The app itself is imported by each worker (`preload_app` stays off)
 from __future__ import annotations
 
 import json
+import logging
 import os
 import resource
 import sys
@@ -58,7 +59,9 @@ def _prepare_worker(worker: Any) -> None:
 
 def _check_config(server: Any) -> None:
     """Before any worker starts: an invalid config stops gunicorn with status 2 and one line naming
-    the key and the problem, as `llm-proxy serve` does — not a traceback from every booting worker."""
+    the key and the problem, as `llm-proxy serve` does — not a traceback from every booting worker.
+    A key that is accepted but does nothing is said here, once per server start (not per worker)."""
+    from proxy import logs
     from proxy.config import ConfigError, load  # import-light: stdlib and PyYAML
     from proxy.protocols import registry  # the codecs: pure Python, no Flask, requests or gevent
 
@@ -66,10 +69,14 @@ def _check_config(server: Any) -> None:
     try:
         if not path:
             raise ConfigError("", "set LLM_PROXY_CONFIG to the path of the YAML config file")
-        registry.resolve(load(path))
+        config = load(path)
+        logs.configure(config.log_level)  # this process's lines in the workers' format
+        registry.resolve(config)
     except ConfigError as exc:
         print(f"llm-proxy: config error: {exc}", file=sys.stderr, flush=True)
         sys.exit(2)
+    for note in config.deprecated:
+        logging.getLogger("proxy.config").warning("%s", note)
 
 
 def _flush_pool_state(server: Any, worker: Any) -> None:

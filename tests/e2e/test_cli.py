@@ -41,6 +41,32 @@ def test_serve_command_serves_the_config(tmp_path: Path, demo_upstream: DemoUpst
         proc.wait(timeout=15)
 
 
+def test_serve_says_once_that_a_deprecated_key_has_no_effect(tmp_path: Path, demo_upstream: DemoUpstream) -> None:
+    """An older config still serves; the key that no longer does anything is named in one warning
+    line when the server starts — not one per worker."""
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(base_config(demo_upstream.url, streaming={"queue_size": 64})))
+    sock = listening_socket()
+    log_path = tmp_path / "serve.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([*LLM_PROXY, "serve", "--config", str(config), "--bind", f"fd://{sock.fileno()}",
+                                 "--workers", "2"], pass_fds=[sock.fileno()], cwd=tmp_path, stdout=log, stderr=log)
+    port = sock.getsockname()[1]
+    sock.close()
+    try:
+        client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=CLIENT_KEY, max_retries=0, timeout=20)
+        for _ in range(4):
+            answer = client.chat.completions.create(model="demo-model",
+                                                    messages=[{"role": "user", "content": "hi [demo:pace=0]"}])
+            assert answer.choices[0].message.content
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=15)
+    lines = [line for line in log_path.read_text().splitlines() if "queue_size" in line]
+    assert len(lines) == 1, lines
+    assert re.search(r" WARNING \[-\] proxy\.config: streaming\.queue_size: has no effect and is deprecated ", lines[0])
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

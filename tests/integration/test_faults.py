@@ -217,6 +217,19 @@ def test_a_stream_whose_first_event_is_an_error_gets_an_http_error(
     assert error_message(protocol, raw) == "the model is overloaded"
 
 
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_stream_with_nothing_before_its_done_is_an_error(
+        fault_proxy: ProxyServer, demo_upstream: DemoUpstream, protocol: str) -> None:
+    # No answer at all is a failure for every client, the passed-through Chat one included — not an
+    # empty 200 for one protocol and a 502 for the others.
+    rid = uuid.uuid4().hex
+    script(demo_upstream, rid, {"steps": [{"send": "data: [DONE]\n\n"}]})
+    got, raw, _ = send(fault_proxy, protocol, "scripted-x", True, rid)
+    assert got == 502, raw
+    assert_protocol_error(protocol, raw)
+    assert error_message(protocol, raw) == "upstream ended the stream without sending any event"
+
+
 # ---------------------------------------------------------------- after the first byte
 
 
@@ -224,6 +237,8 @@ MID_STREAM: dict[str, tuple[list[dict[str, Any]], str]] = {
     "error_chunk": ([{"send": 'data: {"error": {"message": "boom", "type": "server_error"}}\n\n'}], "boom"),
     "malformed_json": ([{"send": "data: {\"choices\": [{\"delta\": \n\n"}],
                        "upstream sent a malformed JSON chunk in its stream"),
+    # The same words whether the Chat client's stream is passed through or another client's translated.
+    "chunk_not_an_object": ([{"send": "data: [1, 2]\n\n"}], "upstream sent a stream chunk that is not a JSON object"),
     "closed_mid_stream": ([{"close": True}], "upstream closed the stream before it finished"),
     "broken_chunked_framing": ([{"close": True}], "the upstream connection broke before the stream finished"),
     "silent_past_idle": ([{"hold": True}], f"upstream sent nothing for {IDLE:g}s"),

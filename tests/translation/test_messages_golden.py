@@ -13,8 +13,8 @@ from proxy.ir.fold import fold
 from proxy.ir.reasoning import is_minted
 from proxy.ir.request import ReasoningPart, TextPart, ToolCallPart
 from proxy.protocols.chat_completions.stream_decode import ChatStreamDecoder
-from proxy.protocols.messages.response import STOP_REASONS
 from proxy.protocols.messages.stream_encode import MessagesStreamEncoder
+from proxy.protocols.messages.vocabulary import STOP_REASON_FROM_FINISH
 from proxy.protocols.transcode import Translation
 from tests.clients import read_anthropic_stream
 from tests.translation.golden import check_golden, fixture, fixture_names, normalise, run_events, run_frames, splits
@@ -84,7 +84,7 @@ def test_anthropic_sdk_reads_back_what_the_upstream_said(name: str) -> None:
         else:
             got.append(("tool_use", block.id, block.name, block.input))
     assert got == expected
-    assert message.stop_reason == STOP_REASONS[upstream.finish_reason or ir.STOP]
+    assert message.stop_reason == STOP_REASON_FROM_FINISH[upstream.finish_reason or ir.STOP]
     usage = upstream.usage
     assert usage is not None
     assert message.usage.output_tokens == usage.output_tokens

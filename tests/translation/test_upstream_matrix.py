@@ -25,9 +25,9 @@ from proxy.ir.fold import check_well_formed, fold
 from proxy.ir.request import ReasoningPart, TextPart, ToolCallPart
 from proxy.protocols.chat_completions.stream_encode import ChatStreamEncoder
 from proxy.protocols.messages.passthrough import MessagesPassthroughStream
-from proxy.protocols.messages.response import STOP_REASONS
 from proxy.protocols.messages.stream_decode import MessagesStreamDecoder
 from proxy.protocols.messages.stream_encode import MessagesStreamEncoder
+from proxy.protocols.messages.vocabulary import STOP_REASON_FROM_FINISH
 from proxy.protocols.responses.passthrough import ResponsesPassthroughStream
 from proxy.protocols.responses.stream_decode import ResponsesStreamDecoder
 from proxy.protocols.responses.stream_encode import ResponsesStreamEncoder
@@ -162,7 +162,7 @@ def test_anthropic_sdk_reads_back_what_the_upstream_said(upstream: str, name: st
     signatures = [p.signature for p in said.output if isinstance(p, ReasoningPart) and p.redacted is None]
     if upstream == "messages":  # Anthropic's own signatures arrive untouched
         assert [b.signature for b in message.content if b.type == "thinking"] == signatures
-    assert message.stop_reason == STOP_REASONS[said.finish_reason or ir.STOP]
+    assert message.stop_reason == STOP_REASON_FROM_FINISH[said.finish_reason or ir.STOP]
     assert said.usage is not None and message.usage.output_tokens == said.usage.output_tokens
 
 

@@ -193,6 +193,26 @@ def test_check_config_ok_and_invalid_exit_codes(tmp_path: Path) -> None:
         assert "Traceback" not in result.stderr
 
 
+QUEUE_SIZE_WARNING = ("streaming.queue_size: has no effect and is deprecated (a stream reads the upstream only after "
+                      "the client's socket took the previous frames, so memory per stream is one read whatever the "
+                      "value); remove it from the config")
+
+
+def test_queue_size_is_still_accepted_and_said_to_have_no_effect(tmp_path: Path) -> None:
+    assert parse(MINIMAL).deprecated == ()
+    old = with_("streaming", {"queue_size": 64, "keepalive_interval": 5})
+    config = parse(old)
+    assert config.deprecated == (QUEUE_SIZE_WARNING,)
+    assert config.streaming.keepalive_interval == 5  # the rest of the section still applies
+    with pytest.raises(ConfigError, match=r"^streaming.queue_size: must be "):  # checked as before
+        parse(with_("streaming", {"queue_size": 0}))
+    path = tmp_path / "old.yaml"
+    path.write_text(yaml.safe_dump(old))
+    result = run_cli("check-config", str(path))
+    assert result.returncode == 0 and "OK (1 upstream(s), 2 account(s))" in result.stdout
+    assert result.stderr.splitlines() == [f"llm-proxy: config warning: {QUEUE_SIZE_WARNING}"]
+
+
 def test_gunicorn_with_an_invalid_config_exits_2_with_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(with_("upstreams.0.protocol", "grpc")))

@@ -136,18 +136,18 @@ def test_every_answer_is_kept_with_its_origin_unless_store_is_false() -> None:
     store = ResponseStore()
     body = {"model": "m", "input": "hi"}
     conversation = ResponsesConversation(body, store)
-    keep = conversation.keeper(RESP, "r1", relayed=True)
+    keep = conversation.keeper(RESP, "r1", passthrough=True)
     assert keep is not None
     keep({"id": "resp_up", "store": True, "output": []})
     entry = store.get("resp_up")
     assert entry is not None and entry.origin == Origin("resp", "r1", kept=True)
     assert entry.input_items[0]["content"][0]["text"] == "hi" and entry.input_items[0]["id"].startswith("msg_")
-    translated = conversation.keeper(RESP, "r1", relayed=False)
+    translated = conversation.keeper(RESP, "r1", passthrough=False)
     assert translated is not None
     translated({"id": "resp_proxy", "store": True, "output": []})  # the proxy's own id: the upstream has none
     entry = store.get("resp_proxy")
     assert entry is not None and entry.origin is not None and not entry.origin.kept
-    assert ResponsesConversation({**body, "store": False}, store).keeper(RESP, "r1", relayed=True) is None
+    assert ResponsesConversation({**body, "store": False}, store).keeper(RESP, "r1", passthrough=True) is None
 
 
 def passthrough_events(previous: str | None) -> list[SSEEvent]:
@@ -163,7 +163,7 @@ def passthrough_events(previous: str | None) -> list[SSEEvent]:
                        ("response.completed", {"response": done})])]
 
 
-def test_a_relayed_stream_is_kept_once_at_its_end_and_echoes_the_clients_previous_id() -> None:
+def test_a_passthrough_stream_is_kept_once_at_its_end_and_echoes_the_clients_previous_id() -> None:
     kept: list[dict[str, Any]] = []
     relay = ResponsesPassthroughStream(kept.append)
     frames = [frame for sse in passthrough_events(None) for frame in relay.feed(sse)]

@@ -299,7 +299,7 @@ def test_error_then_failed_stream() -> None:
     message = "The server had an error while processing your request. Sorry about that!"
     assert events[1:] == [
         BlockStart(TextPart("")), Delta("Let"), Delta(" me"), Delta(" think"),
-        Failure(ErrorInfo("api_error", message, 500, code="server_error", upstream_type="server_error")),
+        Failure(ErrorInfo("api_error", message, 500, code="server_error")),
     ]
     failed = decode(final_response("error_then_failed"))
     assert failed.error == ErrorInfo("api_error", message, 500, code="server_error")

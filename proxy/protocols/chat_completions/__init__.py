@@ -62,14 +62,14 @@ UPSTREAM = UpstreamSide(
 )
 
 
-def _stream_relay(ex: Exchange, upstream: Upstream) -> ChatPassthroughStream:
+def _passthrough_stream(ex: Exchange, upstream: Upstream) -> ChatPassthroughStream:
     return ChatPassthroughStream(ex.model, _client_wants_usage(ex.body))
 
 
 PASSTHROUGH = Passthrough(
     prepare_request=_prepare,
     normalise_response=lambda body, ex: response.normalise(body, ex.model),
-    stream_relay=_stream_relay,
+    stream_relay=_passthrough_stream,
     relayed_error=relayed_error_body,
 )
 

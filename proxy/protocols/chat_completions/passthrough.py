@@ -1,4 +1,4 @@
-"""Same-protocol path for streams: a Chat client in front of an OpenAI-compatible upstream.
+"""Passthrough for streams: a Chat client in front of an OpenAI-compatible upstream.
 
 Owns relaying the upstream's chunks with every field we do not know intact, while fixing what
 compatible servers get wrong and real clients trip over (docs/protocols.md §3.4):
@@ -6,9 +6,10 @@ compatible servers get wrong and real clients trip over (docs/protocols.md §3.4
 not stable or not `chatcmpl-…` (e.g. `stream:chat:<uuid>`), an empty model (the client always
 sees the model it asked for), `role` / tool-call `id` / `name` repeated in later deltas (the SDK
 helper concatenates them), tool-call entries without `index` or `function`, a finish reason
-repeated or `"stop"` after tool calls, usage on a chunk that still has choices, and a stream
-that just closes after its finish reason (`data: [DONE]` ends every finished stream; a stream
-that fails ends with the error chunk alone, as the real API's does).
+repeated or one that says the answer stopped (`"stop"`, `"eos"`, …) after tool calls, usage on a
+chunk that still has choices, and a stream that just closes after its finish reason (`data: [DONE]`
+ends every finished stream; a stream that fails ends with the error chunk alone, as the real API's
+does). The quirks the stream decoder handles too are fixed with the same helpers (`chunks`).
 
 The proxy asks the upstream for usage even when the client did not, so the pool can count
 tokens; the usage chunk is then kept from the client, who sees what it asked for.
@@ -21,11 +22,19 @@ import json
 import time
 from typing import Any
 
-from proxy.errors import embedded_error
 from proxy.ir.response import ErrorInfo, Usage
+from proxy.protocols.chat_completions.chunks import (
+    arguments_text,
+    done_before_any_chunk,
+    error_in_chunk,
+    infer_tool_index,
+)
 from proxy.protocols.chat_completions.errors import stream_error_frames
-from proxy.protocols.chat_completions.response import new_id, usage_from_chat
+from proxy.protocols.chat_completions.response import new_call_id, new_id
+from proxy.protocols.chat_completions.vocabulary import stopped_after_calls, usage_from_chat
+from proxy.protocols.fields import count
 from proxy.protocols.sse import DONE_FRAME, KEEPALIVE_COMMENT, SSEEvent, data_frame
+from proxy.protocols.transcode import closed_early, parse_payload
 
 _MISSING = object()
 
@@ -71,6 +80,8 @@ class ChatPassthroughStream:
         if not data:
             return []
         if data == b"[DONE]":
+            if not self._started:
+                return self.fail(done_before_any_chunk())
             self.done = True
             return [DONE_FRAME]
         try:
@@ -79,23 +90,20 @@ class ChatPassthroughStream:
         except UnicodeDecodeError:  # a sloppy server's broken character: U+FFFD, and write the chunk anew
             text = data.decode("utf-8", "replace")
             self._dirty = True
-        try:
-            chunk = json.loads(text)
-        except ValueError:
-            return self.fail(ErrorInfo("upstream_error", "upstream sent a malformed JSON chunk in its stream", 502))
-        if not isinstance(chunk, dict):
-            return self.fail(ErrorInfo("upstream_error", "upstream sent a stream chunk that is not an object", 502))
+        chunk = parse_payload(text, "chunk")
+        if isinstance(chunk, ErrorInfo):
+            return self.fail(chunk)
         self._started = True
         if chunk.get("error"):
             return self._upstream_error(chunk)
-        frames = self._normalise(chunk)
-        if not self._dirty and len(frames) == 1:
+        chunks = self._normalise(chunk)
+        if not self._dirty and len(chunks) == 1:
             # Nothing needed fixing: the upstream's own bytes, without a JSON round trip — except,
             # commonly, the model name (upstreams answer with a dated one), swapped in place.
             raw = data if self._model_from is None else _swap_model(data, self._model_from, self.model)
             if raw is not None:
                 return [b"data: " + raw + b"\n\n"]
-        return frames
+        return [data_frame(c) for c in chunks]
 
     def close(self) -> list[bytes]:
         """Upstream EOF: terminate properly, or report that the stream broke off."""
@@ -104,9 +112,7 @@ class ChatPassthroughStream:
         if self._finished_any:
             self.done = True
             return [DONE_FRAME]
-        if not self._started:
-            return self.fail(ErrorInfo("upstream_error", "upstream closed the stream without sending any event", 502))
-        return self.fail(ErrorInfo("upstream_error", "upstream closed the stream before it finished", 502))
+        return self.fail(closed_early(self._started))
 
     def keepalive(self) -> list[bytes]:
         return [KEEPALIVE_COMMENT]
@@ -122,7 +128,7 @@ class ChatPassthroughStream:
         """An error object inside the stream: relay it as the upstream worded it when it has the
         OpenAI shape (codes such as context_length_exceeded matter to clients), and end there —
         no `[DONE]` after an error, so the client can tell the answer was cut."""
-        self.failed = embedded_error(chunk) or ErrorInfo("api_error", "upstream error", 500)
+        self.failed = error_in_chunk(chunk)
         self.done = True
         err = chunk["error"]
         if isinstance(err, dict) and isinstance(err.get("message"), str):
@@ -131,13 +137,13 @@ class ChatPassthroughStream:
 
     # ------------------------------------------------------------ normalisation
 
-    def _normalise(self, chunk: dict[str, Any]) -> list[bytes]:
+    def _normalise(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
+        """The chunks the client gets for this one (written out only when they differ from it)."""
         if self._id is None:
             upstream_id = chunk.get("id")
             self._id = upstream_id if isinstance(upstream_id, str) and upstream_id.startswith("chatcmpl-") \
                 else new_id()
-            created = chunk.get("created")
-            self._created = created if isinstance(created, int) and created > 0 else int(time.time())
+            self._created = count(chunk.get("created")) or int(time.time())
         self._set(chunk, "id", self._id)
         self._set(chunk, "object", "chat.completion.chunk")
         self._set(chunk, "created", self._created)
@@ -161,18 +167,18 @@ class ChatPassthroughStream:
             if not self.client_wants_usage and "usage" in chunk:
                 del chunk["usage"]
                 self._dirty = True
-            return [data_frame(chunk)]
+            return [chunk]
         self.usage = usage
         if not self.client_wants_usage:
             # We asked for usage on the client's behalf: keep it from the client.
             del chunk["usage"]
             self._dirty = True
-            return [data_frame(chunk)] if choices else []
+            return [chunk] if choices else []
         if not choices:
-            return [data_frame(chunk)]
+            return [chunk]
         # Usage must travel in its own chunk with empty choices, after the one with the choices.
         chunk["usage"] = None
-        return [data_frame(chunk), data_frame({**chunk, "choices": [], "usage": raw_usage})]
+        return [chunk, {**chunk, "choices": [], "usage": raw_usage}]
 
     def _set(self, obj: dict[str, Any], key: str, value: Any) -> None:
         if obj.get(key, _MISSING) != value or key not in obj:
@@ -211,19 +217,14 @@ class ChatPassthroughStream:
         else:
             state.finished = True
             self._finished_any = True
-            if reason == "stop" and state.tools_seen:
+            if stopped_after_calls(reason, bool(state.tools_seen)):
                 self._set(choice, "finish_reason", "tool_calls")
 
     def _tool_entry(self, entry: dict[str, Any], state: _ChoiceState) -> None:
         index = entry.get("index")
         call_id = entry.get("id")
         if not isinstance(index, int) or isinstance(index, bool):
-            if isinstance(call_id, str) and call_id in state.tool_ids:
-                index = state.tool_ids[call_id]
-            elif call_id or not state.tools_seen:
-                index = max(state.tools_seen, default=-1) + 1
-            else:
-                index = max(state.tools_seen)
+            index = infer_tool_index(call_id, state.tool_ids, state.tools_seen)
             self._set(entry, "index", index)
         if entry.get("type") == "custom":
             state.tools_seen.add(index)
@@ -241,13 +242,14 @@ class ChatPassthroughStream:
         else:
             state.tools_seen.add(index)
             if not call_id:
-                call_id = "call_" + new_id()[9:]
+                call_id = new_call_id()
                 self._set(entry, "id", call_id)
             state.tool_ids[str(call_id)] = index
             self._set(entry, "type", "function")
             if "arguments" not in fn:
                 self._set(fn, "arguments", "")
-        if fn.get("arguments") is not None and not isinstance(fn["arguments"], str):
-            fn["arguments"] = json.dumps(fn["arguments"], ensure_ascii=False)
+        arguments = fn.get("arguments")
+        if arguments is not None and not isinstance(arguments, str):
+            fn["arguments"] = arguments_text(arguments)
             self._dirty = True
 

@@ -1,5 +1,6 @@
-"""Chat Completions responses: usage and finish reasons both ways, the non-stream body both ways,
-and the normalisation applied to an OpenAI-compatible upstream's body on the passthrough path.
+"""Chat Completions responses: the non-stream body both ways, citations as annotations, and the
+normalisation applied to an OpenAI-compatible upstream's body on the passthrough path (usage and
+finish reasons are the protocol's vocabulary, in `vocabulary`).
 
 Owns docs/protocols.md §3.2 and the Chat columns of §8 and §13. Pure: no Flask, no requests.
 """
@@ -15,83 +16,24 @@ from proxy.ir import response as ir
 from proxy.ir.custom_calls import function_arguments
 from proxy.ir.request import Citation, ReasoningPart, RefusalPart, TextPart, ToolCallPart
 from proxy.ir.response import Response, Usage
-
-FINISH_FROM_CHAT = {
-    "stop": ir.STOP,
-    "length": ir.LENGTH,
-    "tool_calls": ir.TOOL_CALLS,
-    "function_call": ir.TOOL_CALLS,
-    "content_filter": ir.CONTENT_FILTER,
-    # spellings seen from OpenAI-compatible servers that are not OpenAI
-    "max_tokens": ir.LENGTH,
-    "model_length": ir.LENGTH,
-    "end_turn": ir.STOP,
-    "eos": ir.STOP,
-    "stop_sequence": ir.STOP_SEQUENCE,
-    "tool_use": ir.TOOL_CALLS,
-}
-FINISH_TO_CHAT = {
-    ir.STOP: "stop",
-    ir.STOP_SEQUENCE: "stop",
-    ir.LENGTH: "length",
-    ir.CONTEXT_WINDOW: "length",
-    ir.TOOL_CALLS: "tool_calls",
-    ir.CONTENT_FILTER: "content_filter",
-    ir.PAUSE: "stop",
-}
+from proxy.protocols.chat_completions.vocabulary import (
+    FINISH_TO_CHAT,
+    finish_from_chat,
+    matched_stop,
+    stopped_after_calls,
+    usage_from_chat,
+    usage_to_chat,
+)
+from proxy.protocols.fields import count
 
 
 def new_id() -> str:
     return "chatcmpl-" + uuid.uuid4().hex[:24]
 
 
-def finish_from_chat(reason: Any, saw_tool_calls: bool) -> str:
-    mapped = FINISH_FROM_CHAT.get(str(reason), ir.STOP)
-    # Some compatible servers say "stop" after tool calls; clients only run tools on tool_calls.
-    if saw_tool_calls and mapped == ir.STOP:
-        return ir.TOOL_CALLS
-    return mapped
-
-
-def matched_stop(choice: dict[str, Any]) -> str | None:
-    """The stop sequence that ended the choice, where the server says (vLLM and SGLang put the
-    matched string in a non-standard `stop_reason`; OpenAI itself never says which one matched)."""
-    matched = choice.get("stop_reason")
-    return matched if isinstance(matched, str) and matched and choice.get("finish_reason") == "stop" else None
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
-
-def usage_from_chat(raw: Any) -> Usage | None:
-    if not isinstance(raw, dict):
-        return None
-    prompt = raw.get("prompt_tokens_details")
-    prompt = prompt if isinstance(prompt, dict) else {}
-    completion = raw.get("completion_tokens_details")
-    completion = completion if isinstance(completion, dict) else {}
-    return Usage(
-        input_tokens=_int(raw.get("prompt_tokens")),
-        output_tokens=_int(raw.get("completion_tokens")),
-        # DeepSeek reports cache hits at the top level instead of in prompt_tokens_details.
-        cache_read_tokens=_int(prompt.get("cached_tokens")) or _int(raw.get("prompt_cache_hit_tokens")),
-        cache_write_tokens=_int(prompt.get("cache_write_tokens")),
-        reasoning_tokens=_int(completion.get("reasoning_tokens")),
-    )
-
-
-def usage_to_chat(usage: Usage) -> dict[str, Any]:
-    prompt_details: dict[str, int] = {"cached_tokens": usage.cache_read_tokens}
-    if usage.cache_write_tokens:
-        prompt_details["cache_write_tokens"] = usage.cache_write_tokens
-    return {
-        "prompt_tokens": usage.input_tokens,
-        "completion_tokens": usage.output_tokens,
-        "total_tokens": usage.total_tokens,
-        "prompt_tokens_details": prompt_details,
-        "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
-    }
+def new_call_id() -> str:
+    """An id for a tool call that came without one."""
+    return "call_" + uuid.uuid4().hex[:24]
 
 
 def annotation(citation: Citation, start: int, end: int) -> dict[str, Any] | None:
@@ -132,7 +74,7 @@ def decode(body: dict[str, Any]) -> Response:
     choice = choices[0] if isinstance(choices[0], dict) else {}
     message = choice.get("message") or {}
     resp = Response(id=str(body.get("id") or new_id()), model=str(body.get("model") or ""),
-                    created=_int(body.get("created")) or int(time.time()))
+                    created=count(body.get("created")) or int(time.time()))
     reasoning = message.get("reasoning_content") or message.get("reasoning")
     if isinstance(reasoning, str) and reasoning:
         resp.output.append(ReasoningPart(text=reasoning))
@@ -149,7 +91,7 @@ def decode(body: dict[str, Any]) -> Response:
         arguments = fn.get("arguments")
         if not isinstance(arguments, str):
             arguments = json.dumps(arguments or {}, ensure_ascii=False)
-        resp.output.append(ToolCallPart(id=str(call.get("id") or "call_" + uuid.uuid4().hex[:24]),
+        resp.output.append(ToolCallPart(id=str(call.get("id") or new_call_id()),
                                         name=str(fn.get("name") or ""), arguments=arguments))
     resp.finish_reason = finish_from_chat(choice.get("finish_reason") or "stop", bool(calls))
     resp.stop_sequence = matched_stop(choice)
@@ -197,12 +139,12 @@ def encode(resp: Response, model: str) -> dict[str, Any]:
 def normalise(body: dict[str, Any], model: str) -> dict[str, Any]:
     """Make a compatible server's `chat.completion` body look like OpenAI's, keeping every
     field we do not know: the model the client asked for, the right `object`, an id, and
-    `finish_reason: tool_calls` when the message carries tool calls."""
+    `finish_reason: tool_calls` when the message carries tool calls (`stopped_after_calls`)."""
     body["model"] = model
     body["object"] = "chat.completion"
     if not isinstance(body.get("id"), str) or not body["id"]:
         body["id"] = new_id()
-    if not _int(body.get("created")):
+    if not count(body.get("created")):
         body["created"] = int(time.time())
     choices = body.get("choices")
     if not isinstance(choices, list):
@@ -216,6 +158,7 @@ def normalise(body: dict[str, Any], model: str) -> dict[str, Any]:
             message["role"] = "assistant"
             if message.get("tool_calls") == []:
                 del message["tool_calls"]  # strict validators reject an empty list
-            if message.get("tool_calls") and choice.get("finish_reason") == "stop":
+            reason = choice.get("finish_reason")
+            if reason and stopped_after_calls(reason, bool(message.get("tool_calls"))):
                 choice["finish_reason"] = "tool_calls"
     return body

@@ -21,22 +21,24 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.errors import embedded_error
 from proxy.ir import response as ir
 from proxy.ir.events import BlockStart, BlockStop, Cite, Delta, Event, Failure, Finish, Start, UsageUpdate
 from proxy.ir.request import OutputPart, ReasoningPart, RefusalPart, TextPart, ToolCallPart
 from proxy.ir.response import ErrorInfo
-from proxy.protocols.chat_completions.response import (
-    citations_from_chat,
-    finish_from_chat,
-    matched_stop,
-    usage_from_chat,
+from proxy.protocols.chat_completions.chunks import (
+    arguments_text,
+    done_before_any_chunk,
+    error_in_chunk,
+    infer_tool_index,
 )
-from proxy.protocols.sse import SSEEvent, loads
+from proxy.protocols.chat_completions.response import citations_from_chat, new_call_id, new_id
+from proxy.protocols.chat_completions.vocabulary import finish_from_chat, matched_stop, usage_from_chat
+from proxy.protocols.fields import count
+from proxy.protocols.sse import SSEEvent
+from proxy.protocols.transcode import closed_early, parse_payload
 
 # Block keys: the three kinds of running text, or the upstream's index of a tool call.
 Key = str | int
@@ -79,15 +81,12 @@ class ChatStreamDecoder:
         if data == b"[DONE]":
             self._end(out)
             return out
-        try:
-            chunk = loads(data)
-        except ValueError:
-            return self._fail(out, "upstream sent a malformed JSON chunk in its stream")
-        if not isinstance(chunk, dict):
-            return self._fail(out, "upstream sent a stream chunk that is not a JSON object")
+        chunk = parse_payload(data.decode("utf-8", "replace"), "chunk")  # a sloppy server's broken character: U+FFFD
+        if isinstance(chunk, ErrorInfo):
+            return self._fail_with(out, chunk)
         if chunk.get("error"):
             self._start(chunk, out)
-            return self._fail_with(out, embedded_error(chunk) or ErrorInfo("api_error", "upstream error", 500))
+            return self._fail_with(out, error_in_chunk(chunk))
         self._start(chunk, out)
         # Usage first: when it rides on the finishing chunk, it must come before the Finish.
         usage = usage_from_chat(chunk.get("usage"))
@@ -110,10 +109,8 @@ class ChatStreamDecoder:
             return out
         if self._finish is not None:
             self._end(out)
-        elif not self._started:
-            self._fail(out, "upstream closed the stream without sending any event")
         else:
-            self._fail(out, "upstream closed the stream before it finished")
+            self._fail_with(out, closed_early(self._started))
         return out
 
     # ------------------------------------------------------------ chunks
@@ -122,11 +119,10 @@ class ChatStreamDecoder:
         if self._started:
             return
         self._started = True
-        created = chunk.get("created")
         out.append(Start(
-            id=str(chunk.get("id") or "chatcmpl-" + uuid.uuid4().hex[:24]),
+            id=str(chunk.get("id") or new_id()),
             model=str(chunk.get("model") or ""),
-            created=created if isinstance(created, int) and created > 0 else int(time.time()),
+            created=count(chunk.get("created")) or int(time.time()),
         ))
 
     def _choice(self, choice: dict[str, Any], out: list[Event]) -> None:
@@ -165,7 +161,7 @@ class ChatStreamDecoder:
     def _tool_fragment(self, entry: dict[str, Any], out: list[Event]) -> None:
         index = entry.get("index")
         if not isinstance(index, int) or isinstance(index, bool):
-            index = self._infer_index(entry)
+            index = infer_tool_index(entry.get("id"), {t.id: i for i, t in self._tools.items() if t.id}, self._tools)
         tool = self._tools.get(index)
         if tool is None:
             tool = self._tools[index] = _ToolCall()
@@ -182,23 +178,11 @@ class ChatStreamDecoder:
         name, fragment = body.get("name"), body.get(key)
         if name and not tool.name:
             tool.name = str(name)
-        if fragment is None:
-            fragment = ""
-        elif not isinstance(fragment, str):  # a few servers send the arguments as an object
-            fragment = json.dumps(fragment, ensure_ascii=False)
+        if not isinstance(fragment, str):
+            fragment = arguments_text(fragment)
         if fragment:
             tool.arguments.append(fragment)
         self._emit(index, fragment, out)
-
-    def _infer_index(self, entry: dict[str, Any]) -> int:
-        """No `index`: a known id continues its call, a new id starts one, no id continues the last."""
-        call_id = entry.get("id")
-        for index, tool in self._tools.items():
-            if call_id and tool.id == call_id:
-                return index
-        if call_id or not self._tools:
-            return max(self._tools, default=-1) + 1
-        return max(self._tools)
 
     # ------------------------------------------------------------ sequencing
 
@@ -257,7 +241,7 @@ class ChatStreamDecoder:
         assert isinstance(key, int)
         tool = self._tools[key]
         if not tool.id:
-            tool.id = "call_" + uuid.uuid4().hex[:24]
+            tool.id = new_call_id()
         return ToolCallPart(id=tool.id, name=tool.name, kind=tool.kind)  # type: ignore[arg-type]
 
     def _flush_all(self, out: list[Event]) -> None:
@@ -271,7 +255,7 @@ class ChatStreamDecoder:
     def _end(self, out: list[Event]) -> None:
         self._flush_all(out)
         if not self._started:
-            self._fail(out, "upstream ended the stream without sending any event")
+            self._fail_with(out, done_before_any_chunk())
             return
         self._done = True
         reason = finish_from_chat(self._finish or "stop", bool(self._tools))
@@ -279,9 +263,6 @@ class ChatStreamDecoder:
             out.append(Finish(ir.STOP_SEQUENCE, self._stop_sequence))
         else:
             out.append(Finish(reason))
-
-    def _fail(self, out: list[Event], message: str) -> list[Event]:
-        return self._fail_with(out, ErrorInfo(kind="upstream_error", message=message, status=502))
 
     def _fail_with(self, out: list[Event], info: ErrorInfo) -> list[Event]:
         self._done = True

@@ -23,7 +23,8 @@ from proxy.ir.events import BlockStart, BlockStop, Cite, Delta, Event, Failure, 
 from proxy.ir.request import Citation, OutputPart, ReasoningPart, RefusalPart, TextPart, ToolCallPart
 from proxy.ir.response import ErrorInfo, Usage
 from proxy.protocols.chat_completions.errors import stream_error_frames
-from proxy.protocols.chat_completions.response import FINISH_TO_CHAT, annotation, new_id, usage_to_chat
+from proxy.protocols.chat_completions.response import annotation, new_id
+from proxy.protocols.chat_completions.vocabulary import FINISH_TO_CHAT, usage_to_chat
 from proxy.protocols.sse import DONE_FRAME, KEEPALIVE_COMMENT, data_frame
 
 

@@ -1,4 +1,4 @@
-"""Same-protocol path: a Chat request's tool history repaired on the raw body.
+"""Passthrough: a Chat request's tool history repaired on the raw body.
 
 Owns applying the pairing rule (`proxy.ir.repair`) to `messages` as sent, for an OpenAI-compatible
 upstream: OpenAI rejects with a 400 an assistant message whose `tool_calls` are not each answered by

@@ -10,11 +10,10 @@ Pure: must not import Flask or requests.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from proxy.config import Upstream
-from proxy.ir.custom_calls import custom_tool_as_function
+from proxy.ir.custom_calls import custom_tool_as_function, function_arguments
 from proxy.ir.reasoning import from_plain_upstream
 from proxy.ir.request import (
     AudioPart,
@@ -118,9 +117,10 @@ def _encode_message(msg: Message, reasoning_passback: str) -> list[dict[str, Any
         chat["content"] = text or (None if calls else "")
         if refusal:
             chat["refusal"] = refusal
-        if calls:
+        if calls:  # arguments never empty: an empty string is not the JSON object Chat servers parse
             chat["tool_calls"] = [
-                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _function_args(c)}}
+                {"id": c.id, "type": "function",
+                 "function": {"name": c.name, "arguments": function_arguments(c) or "{}"}}
                 for c in calls
             ]
         thinking = passback([p for p in msg.parts if isinstance(p, ReasoningPart)], bool(calls), reasoning_passback)
@@ -155,12 +155,6 @@ def passback(reasoning: list[ReasoningPart], has_calls: bool, mode: str) -> str 
         return text if text or has_calls else None
     plain = [p.text for p in reasoning if from_plain_upstream(p)]
     return "".join(plain) if has_calls and plain else None
-
-
-def _function_args(call: ToolCallPart) -> str:
-    if call.kind == "custom":  # custom tools travel to Chat upstreams as a one-string-argument function
-        return json.dumps({"input": call.arguments}, ensure_ascii=False)
-    return call.arguments or "{}"
 
 
 def _encode_part(part: ContentPart) -> dict[str, Any]:

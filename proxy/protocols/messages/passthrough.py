@@ -1,4 +1,4 @@
-"""Same-protocol path: a Messages client in front of an Anthropic upstream.
+"""Passthrough: a Messages client in front of an Anthropic upstream.
 
 Owns one change made to a passthrough request — thinking blocks whose signature the proxy made
 (for reasoning that came from another upstream) are left out, since Anthropic rejects a signature

@@ -1,9 +1,9 @@
 """Anthropic Message responses from the IR: blocks, stop reasons, usage (docs/protocols.md §4.2, §8.3, §13).
 
 Owns the mapping shared by the non-stream body and the stream encoder: block shapes (a thinking
-block always carries a signature — minted by the proxy when the upstream gave none), tool ids made
-safe for Anthropic's `^[a-zA-Z0-9_-]+$`, stop reasons, and usage where `input_tokens` excludes the
-cache reads and writes that Anthropic reports separately.
+block always carries a signature — minted by the proxy when the upstream gave none) and tool ids
+made safe for Anthropic's `^[a-zA-Z0-9_-]+$`. Stop reasons and usage are the protocol's vocabulary
+(`vocabulary`).
 Pure: must not import Flask or requests.
 """
 
@@ -20,16 +20,8 @@ from proxy.ir.reasoning import encrypted_to_signature, mint_signature
 from proxy.ir.request import OutputPart, ReasoningPart, RefusalPart, TextPart, ToolCallPart
 from proxy.ir.response import Response, Usage
 from proxy.protocols.messages.citations import citation_to_anthropic
+from proxy.protocols.messages.vocabulary import STOP_REASON_FROM_FINISH, usage_to_anthropic
 
-STOP_REASONS = {
-    ir.STOP: "end_turn",
-    ir.STOP_SEQUENCE: "stop_sequence",
-    ir.LENGTH: "max_tokens",
-    ir.TOOL_CALLS: "tool_use",
-    ir.CONTENT_FILTER: "refusal",
-    ir.CONTEXT_WINDOW: "model_context_window_exceeded",
-    ir.PAUSE: "pause_turn",
-}
 _UNSAFE_ID = re.compile(r"[^a-zA-Z0-9_-]")
 
 
@@ -40,15 +32,6 @@ def new_id() -> str:
 def tool_id(raw: str) -> str:
     """Anthropic tool ids must match ^[a-zA-Z0-9_-]+$; some upstreams mint ids like `functions.f:0`."""
     return _UNSAFE_ID.sub("_", raw) or "toolu_" + uuid.uuid4().hex[:24]
-
-
-def usage_body(usage: Usage) -> dict[str, Any]:
-    return {
-        "input_tokens": usage.uncached_input_tokens,
-        "output_tokens": usage.output_tokens,
-        "cache_creation_input_tokens": usage.cache_write_tokens,
-        "cache_read_input_tokens": usage.cache_read_tokens,
-    }
 
 
 def tool_input(arguments: str) -> dict[str, Any]:
@@ -89,7 +72,7 @@ def encode(resp: Response, model: str) -> dict[str, Any]:
         "role": "assistant",
         "model": model,
         "content": content,
-        "stop_reason": STOP_REASONS.get(reason, "end_turn"),
+        "stop_reason": STOP_REASON_FROM_FINISH.get(reason, "end_turn"),
         "stop_sequence": resp.stop_sequence if reason == ir.STOP_SEQUENCE else None,
-        "usage": usage_body(resp.usage or Usage()),
+        "usage": usage_to_anthropic(resp.usage or Usage()),
     }

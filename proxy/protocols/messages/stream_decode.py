@@ -1,5 +1,4 @@
-"""Anthropic Messages stream → internal events; and the usage and stop-reason vocabulary both
-the stream and the whole-Message decoder share.
+"""Anthropic Messages stream → internal events.
 
 Owns reading an Anthropic upstream's events: `message_start` → Start with the prompt usage, text /
 thinking / redacted_thinking / tool_use blocks → blocks, `signature_delta` → Signature,
@@ -24,7 +23,6 @@ import logging
 import time
 from typing import Any
 
-from proxy.errors import KIND_FOR_ERROR_TYPE, KIND_STATUS
 from proxy.ir import response as ir
 from proxy.ir.events import (
     BlockStart,
@@ -39,44 +37,14 @@ from proxy.ir.events import (
     UsageUpdate,
 )
 from proxy.ir.request import ReasoningPart, TextPart, ToolCallPart
-from proxy.ir.response import ErrorInfo, Usage
+from proxy.ir.response import ErrorInfo
+from proxy.protocols.fields import obj
 from proxy.protocols.messages.citations import citation_from_anthropic
-from proxy.protocols.sse import SSEEvent, loads
+from proxy.protocols.messages.vocabulary import FINISH_FROM_STOP_REASON, error_from_anthropic, usage_from_anthropic
+from proxy.protocols.sse import SSEEvent
+from proxy.protocols.transcode import closed_early, parse_payload
 
 log = logging.getLogger(__name__)
-
-FINISH_FROM_STOP_REASON = {
-    "end_turn": ir.STOP, "max_tokens": ir.LENGTH, "stop_sequence": ir.STOP_SEQUENCE, "tool_use": ir.TOOL_CALLS,
-    "pause_turn": ir.PAUSE, "refusal": ir.CONTENT_FILTER, "model_context_window_exceeded": ir.CONTEXT_WINDOW,
-}
-
-
-def usage_from_anthropic(raw: Any) -> Usage | None:
-    """Anthropic usage → IR usage (whose input counts cached tokens too, the OpenAI convention)."""
-    if not isinstance(raw, dict):
-        return None
-
-    def number(key: str) -> int:
-        value = raw.get(key)
-        return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-    cache_read, cache_write = number("cache_read_input_tokens"), number("cache_creation_input_tokens")
-    details = raw.get("output_tokens_details")
-    thinking = details.get("thinking_tokens") if isinstance(details, dict) else None
-    return Usage(input_tokens=number("input_tokens") + cache_read + cache_write, output_tokens=number("output_tokens"),
-                 cache_read_tokens=cache_read, cache_write_tokens=cache_write,
-                 reasoning_tokens=thinking if isinstance(thinking, int) else 0)
-
-
-def error_from_anthropic(error: Any, default_message: str = "upstream error") -> ErrorInfo:
-    """The `error` object of an Anthropic error body or `event: error`."""
-    error = error if isinstance(error, dict) else {}
-    utype = error.get("type") if isinstance(error.get("type"), str) else None
-    kind = KIND_FOR_ERROR_TYPE.get(utype or "", "api_error")
-    message = error.get("message") if isinstance(error.get("message"), str) and error.get("message") else None
-    return ErrorInfo(kind=kind, message=message or default_message, status=KIND_STATUS.get(kind, 500),
-                     upstream_type=utype)
-
 
 # Delta types and the block kind each belongs in; any other known type in a block is an error.
 DELTA_KIND = {"text_delta": "text", "citations_delta": "text", "thinking_delta": "thinking",
@@ -106,12 +74,9 @@ class MessagesStreamDecoder:
     def feed(self, sse: SSEEvent) -> list[Event]:
         if self._done or not sse.data.strip():
             return []
-        try:
-            payload = loads(sse.data)
-        except ValueError:
-            return self._fail("upstream sent a malformed JSON event in its stream")
-        if not isinstance(payload, dict):
-            return self._fail("upstream sent a stream event that is not a JSON object")
+        payload = parse_payload(sse.data.decode("utf-8", "replace"), "event")  # a broken character: U+FFFD
+        if isinstance(payload, ErrorInfo):
+            return self._fail(payload.message)
         kind = payload.get("type") if isinstance(payload.get("type"), str) else sse.event
         handler = _HANDLERS.get(kind or "")
         if handler is None:
@@ -123,16 +88,14 @@ class MessagesStreamDecoder:
     def close(self) -> list[Event]:
         if self._done:
             return []
-        if not self._started:
-            return self._fail("upstream closed the stream without sending any event")
-        return self._fail("upstream closed the stream before it finished")
+        return self._fail(closed_early(self._started).message)
 
     # ------------------------------------------------------------ events
 
     def _message_start(self, payload: dict[str, Any]) -> list[Event]:
         if self._started:
             return []
-        message = _obj(payload, "message")
+        message = obj(payload, "message")
         self._started = True
         return [Start(id=str(message.get("id") or ""), model=str(message.get("model") or ""),
                       created=int(time.time()), usage=usage_from_anthropic(message.get("usage")))]
@@ -143,7 +106,7 @@ class MessagesStreamDecoder:
             return self._fail("upstream sent content_block_start without a valid index")
         if index in self._open or index in self._closed:
             return self._fail(f"upstream opened content block {index} a second time")
-        block = _obj(payload, "content_block")
+        block = obj(payload, "content_block")
         btype = block.get("type")
         out: list[Event] = []
         if btype == "text":
@@ -180,7 +143,7 @@ class MessagesStreamDecoder:
         if index is None or block is None:
             state = "after it closed" if index in self._closed else "that was never opened"
             return self._fail(f"upstream sent a delta for content block {payload.get('index')!r} {state}")
-        delta = _obj(payload, "delta")
+        delta = obj(payload, "delta")
         dtype = delta.get("type")
         belongs = DELTA_KIND.get(dtype) if isinstance(dtype, str) else None
         if belongs is None or block.kind == "skip":
@@ -211,7 +174,7 @@ class MessagesStreamDecoder:
 
     def _message_delta(self, payload: dict[str, Any]) -> list[Event]:
         out = self._close_all()  # blocks an upstream forgot to stop end with the message
-        delta = _obj(payload, "delta")
+        delta = obj(payload, "delta")
         if isinstance(delta.get("stop_reason"), str):
             self._stop_reason = delta["stop_reason"]
         if isinstance(delta.get("stop_sequence"), str):
@@ -263,11 +226,6 @@ def _index(payload: dict[str, Any]) -> int | None:
     """The event's content block index, or None when it has no valid one."""
     value = payload.get("index")
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
-def _obj(payload: dict[str, Any], key: str) -> dict[str, Any]:
-    value = payload.get(key)
-    return value if isinstance(value, dict) else {}
 
 
 _HANDLERS = {

@@ -27,7 +27,8 @@ from proxy.ir.response import ErrorInfo, Usage
 from proxy.ir.sequence import Sequencer
 from proxy.protocols.messages.citations import citation_to_anthropic
 from proxy.protocols.messages.errors import stream_error_frame
-from proxy.protocols.messages.response import STOP_REASONS, block, new_id, usage_body
+from proxy.protocols.messages.response import block, new_id
+from proxy.protocols.messages.vocabulary import STOP_REASON_FROM_FINISH, usage_to_anthropic
 from proxy.protocols.sse import named_frame
 
 PING = named_frame("ping", {"type": "ping"})
@@ -115,7 +116,7 @@ class MessagesStreamEncoder:
         self._started = True
         if ev.usage is not None:
             self._usage.merge(ev.usage)
-        usage = usage_body(self._usage)
+        usage = usage_to_anthropic(self._usage)
         if not self._usage.input_tokens:
             usage["input_tokens"] = self._estimate
         usage["output_tokens"] = max(usage["output_tokens"], 1)
@@ -171,10 +172,10 @@ class MessagesStreamEncoder:
 
     def _finish(self, ev: Finish) -> list[bytes]:
         self.done = True
-        usage = usage_body(self._usage)
+        usage = usage_to_anthropic(self._usage)
         if not self._usage.input_tokens:
             usage["input_tokens"] = self._estimate
-        delta = {"stop_reason": STOP_REASONS.get(ev.reason, "end_turn"),
+        delta = {"stop_reason": STOP_REASON_FROM_FINISH.get(ev.reason, "end_turn"),
                  "stop_sequence": ev.stop_sequence if ev.reason == "stop_sequence" else None}
         return [self._event("message_delta", delta=delta, usage=usage), self._event("message_stop")]
 

@@ -1,4 +1,4 @@
-"""Same-protocol path: a Messages request's tool history repaired on the raw body.
+"""Passthrough: a Messages request's tool history repaired on the raw body.
 
 Owns applying the pairing rule (`proxy.ir.repair`) to `messages` as sent, for an Anthropic
 upstream, which rejects with a 400 both a `tool_use` whose `tool_result` is not in the next user

@@ -16,8 +16,9 @@ from typing import Any
 from proxy.ir import response as ir
 from proxy.ir.request import OutputPart, ReasoningPart, TextPart, ToolCallPart
 from proxy.ir.response import Response
+from proxy.protocols.fields import objects
 from proxy.protocols.messages.citations import citation_from_anthropic
-from proxy.protocols.messages.stream_decode import FINISH_FROM_STOP_REASON, error_from_anthropic, usage_from_anthropic
+from proxy.protocols.messages.vocabulary import FINISH_FROM_STOP_REASON, error_from_anthropic, usage_from_anthropic
 
 log = logging.getLogger(__name__)
 
@@ -25,9 +26,7 @@ log = logging.getLogger(__name__)
 def decode(doc: dict[str, Any]) -> Response:
     if doc.get("type") == "error":
         return Response(id="", model="", created=int(time.time()), error=error_from_anthropic(doc.get("error")))
-    content = doc.get("content")
-    blocks = [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
-    output = [part for block in blocks for part in _part(block)]
+    output = [part for block in objects(doc, "content") for part in _part(block)]
     finish = FINISH_FROM_STOP_REASON.get(str(doc.get("stop_reason") or "end_turn"), ir.STOP)
     stop_sequence = doc.get("stop_sequence") if isinstance(doc.get("stop_sequence"), str) else None
     return Response(id=str(doc.get("id") or ""), model=str(doc.get("model") or ""), created=int(time.time()),

@@ -82,7 +82,7 @@ def _prepare(ex: Exchange, body: dict[str, Any], model: str, upstream: Upstream)
 
 
 def _normalise_whole(body: dict[str, Any], ex: Exchange) -> dict[str, Any]:
-    """A relayed answer, kept for the next turn like a translated one (with the upstream's id). When
+    """A passed-through answer, kept for the next turn like a translated one (with the upstream's id). When
     the proxy sent the conversation by value, it says the previous_response_id the client sent."""
     previous = ex.body.get("previous_response_id")
     if previous and body.get("previous_response_id") != previous and isinstance(body.get("output"), list):
@@ -92,7 +92,7 @@ def _normalise_whole(body: dict[str, Any], ex: Exchange) -> dict[str, Any]:
     return body
 
 
-def _stream_relay(ex: Exchange, upstream: Upstream) -> ResponsesPassthroughStream:
+def _passthrough_stream(ex: Exchange, upstream: Upstream) -> ResponsesPassthroughStream:
     previous = ex.body.get("previous_response_id")
     return ResponsesPassthroughStream(ex.on_complete, previous if isinstance(previous, str) and previous else None)
 
@@ -100,7 +100,7 @@ def _stream_relay(ex: Exchange, upstream: Upstream) -> ResponsesPassthroughStrea
 PASSTHROUGH = Passthrough(
     prepare_request=_prepare,
     normalise_response=_normalise_whole,
-    stream_relay=_stream_relay,
+    stream_relay=_passthrough_stream,
     relayed_error=relayed_error_body,
 )
 

@@ -7,7 +7,7 @@ Owns what upstreams cannot do for each other. openai-python users chain turns wi
 responses it served and kept, with the account that served them; for every other attempt the
 references are resolved here, from the proxy's store, into items by value — silently dropping them
 would erase the assistant's side of the conversation — or answered with a clear error. Every
-finished answer, relayed or translated, is kept (unless the client sent `store: false`) with the
+finished answer, passed through or translated, is kept (unless the client sent `store: false`) with the
 upstream and account that gave it.
 Pure: must not import Flask or requests.
 """
@@ -55,16 +55,16 @@ class ResponsesConversation:
         body["input"] = replayable(items) if upstream.protocol == "responses" else items
         return body
 
-    def keeper(self, upstream: Upstream, account: str, relayed: bool) -> Callable[[dict[str, Any]], None] | None:
+    def keeper(self, upstream: Upstream, account: str, passthrough: bool) -> Callable[[dict[str, Any]], None] | None:
         """The hook that stores the finished response object the client gets, or None under
-        `store: false` (then nothing is kept, as the real API keeps nothing). `relayed`: the
+        `store: false` (then nothing is kept, as the real API keeps nothing). `passthrough`: the
         client gets the upstream's own response (its id), which a Responses upstream keeps unless
         the response says `store: false`."""
         if self.body.get("store", True) is False:
             return None
 
         def keep(final: dict[str, Any]) -> None:
-            kept = relayed and upstream.protocol == "responses" and final.get("store") is not False
+            kept = passthrough and upstream.protocol == "responses" and final.get("store") is not False
             self.store.put(final, self._items_of_this_request(strict=False), self.body.get("previous_response_id"),
                            Origin(upstream.name, account, kept))
 

@@ -1,4 +1,4 @@
-"""Same-protocol path for streams: a Responses client in front of a Responses upstream.
+"""Passthrough for streams: a Responses client in front of a Responses upstream.
 
 Owns relaying the upstream's events byte for byte — event types and fields the proxy does not
 know included — while watching them, through the Responses stream decoder, for what the relay
@@ -21,8 +21,9 @@ from collections.abc import Callable
 from typing import Any
 
 from proxy.ir.response import ErrorInfo
-from proxy.protocols.responses.response import error_event_error, failure_code, new_id
+from proxy.protocols.responses.response import error_event_error, new_id
 from proxy.protocols.responses.stream_decode import ResponsesStreamDecoder
+from proxy.protocols.responses.vocabulary import failure_code
 from proxy.protocols.sse import SSEEvent, dumps, event_frame, loads, named_after_type, named_frame
 from proxy.protocols.transcode import WatchedPassthrough
 

@@ -19,41 +19,19 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from proxy.ir import response as ir
 from proxy.ir.reasoning import anthropic_to_encrypted
 from proxy.ir.request import OutputPart, ReasoningPart, RefusalPart, TextPart, ToolCallPart
 from proxy.ir.response import ErrorInfo, Response, Usage
 from proxy.protocols.openai_errors import error_body
 from proxy.protocols.responses.annotations import annotation
+from proxy.protocols.responses.vocabulary import INCOMPLETE_FROM_FINISH, failure_code, usage_to_responses
 
-INCOMPLETE_REASONS = {ir.LENGTH: "max_output_tokens", ir.CONTEXT_WINDOW: "max_output_tokens",
-                      ir.CONTENT_FILTER: "content_filter"}
 # Items that are an answer a client can show or act on; one without any gets an empty message.
 ANSWER_ITEMS = ("message", "function_call", "custom_tool_call")
-# What Codex and openai-python read in response.failed's error.code. A stream whose upstream went
-# silent past the idle deadline fails as the real API's timeouts do.
-FAILURE_CODES = {"rate_limit": "rate_limit_exceeded", "overloaded": "server_is_overloaded",
-                 "unavailable": "server_is_overloaded", "billing": "insufficient_quota",
-                 "invalid_request": "invalid_prompt", "timeout": "request_timeout"}
 
 
 def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
-
-
-def usage_body(usage: Usage | None) -> dict[str, Any]:
-    u = usage or Usage()
-    return {
-        "input_tokens": u.input_tokens,
-        "input_tokens_details": {"cached_tokens": u.cache_read_tokens, "cache_write_tokens": u.cache_write_tokens},
-        "output_tokens": u.output_tokens,
-        "output_tokens_details": {"reasoning_tokens": u.reasoning_tokens},
-        "total_tokens": u.total_tokens,
-    }
-
-
-def failure_code(info: ErrorInfo) -> str:
-    return info.code or FAILURE_CODES.get(info.kind, "server_error")
 
 
 def error_event_error(info: ErrorInfo) -> dict[str, Any]:
@@ -172,7 +150,7 @@ class ResponseObject:
     def snapshot(self, status: str, output: list[dict[str, Any]], usage: Usage | None = None,
                  error: ErrorInfo | None = None, finish_reason: str | None = None) -> dict[str, Any]:
         finished = status in ("completed", "incomplete", "failed")
-        reason = INCOMPLETE_REASONS.get(finish_reason or "") if status == "incomplete" else None
+        reason = INCOMPLETE_FROM_FINISH.get(finish_reason or "") if status == "incomplete" else None
         return {
             "id": self.id, "object": "response", "created_at": self.created_at, "status": status,
             "background": False,
@@ -181,13 +159,14 @@ class ResponseObject:
             "incomplete_details": {"reason": reason} if reason else None,
             "output": output,
             # Vercel requires usage on completed / incomplete; a failed response has it only if known.
-            "usage": usage_body(usage) if status in ("completed", "incomplete") or (finished and usage) else None,
+            "usage": usage_to_responses(usage) if status in ("completed", "incomplete") or (finished and usage)
+            else None,
             **self._settings,
         }
 
 
 def status_for(finish_reason: str | None) -> str:
-    return "incomplete" if finish_reason in INCOMPLETE_REASONS else "completed"
+    return "incomplete" if finish_reason in INCOMPLETE_FROM_FINISH else "completed"
 
 
 def encode(resp: Response, body: dict[str, Any], model: str, custom_tools: set[str],

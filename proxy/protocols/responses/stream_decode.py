@@ -39,12 +39,14 @@ from proxy.protocols.responses.annotations import citation_from_responses
 from proxy.protocols.responses.vocabulary import (
     CALL_ITEMS,
     call_arguments,
+    call_id,
     error_from_responses,
     finish_from_responses,
     has_calls,
     usage_from_responses,
 )
-from proxy.protocols.sse import SSEEvent, loads
+from proxy.protocols.sse import SSEEvent
+from proxy.protocols.transcode import closed_early, parse_payload
 
 log = logging.getLogger(__name__)
 
@@ -88,12 +90,9 @@ class ResponsesStreamDecoder:
         data = sse.data.strip()
         if not data or data == b"[DONE]":  # a few compatible servers end with Chat's terminator
             return []
-        try:
-            payload = loads(data)
-        except ValueError:
-            return self._fail([], "upstream sent a malformed JSON event in its stream")
-        if not isinstance(payload, dict):
-            return self._fail([], "upstream sent a stream event that is not a JSON object")
+        payload = parse_payload(data.decode("utf-8", "replace"), "event")  # a broken character: U+FFFD
+        if isinstance(payload, ErrorInfo):
+            return self._fail([], payload.message)
         if isinstance(payload.get("sequence_number"), int):
             self.last_sequence = payload["sequence_number"]
         if isinstance(payload.get("response"), dict):
@@ -114,9 +113,7 @@ class ResponsesStreamDecoder:
         """The upstream stream ended: without a terminal event, it broke off."""
         if self._done:
             return []
-        if not self._started:
-            return self._fail([], "upstream closed the stream without sending any event")
-        return self._fail([], "upstream closed the stream before it finished")
+        return self._fail([], closed_early(self._started).message)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -182,8 +179,7 @@ class ResponsesStreamDecoder:
             self._open_block(current, ReasoningPart(id=item_id or None), out)
         elif itype in CALL_ITEMS:
             self._saw_calls = True
-            call = ToolCallPart(text(item, "call_id") or "call_" + uuid.uuid4().hex[:24], text(item, "name"),
-                                item_id=item_id or None)
+            call = ToolCallPart(call_id(item), text(item, "name"), item_id=item_id or None)
             if itype == "custom_tool_call":
                 call.kind = "custom"
             self._open_block(current, call, out)

@@ -1,4 +1,4 @@
-"""Same-protocol path: a Responses request's tool history repaired on the raw body.
+"""Passthrough: a Responses request's tool history repaired on the raw body.
 
 Owns applying the pairing rule (`proxy.ir.repair`) to `input` as sent, for a Responses upstream,
 which rejects with a 400 a `function_call` / `custom_tool_call` item without its `*_output` item

@@ -18,11 +18,11 @@ from typing import Any
 
 from proxy.ir.request import OutputPart, ReasoningPart, RefusalPart, TextPart, ToolCallPart
 from proxy.ir.response import Response
-from proxy.protocols.fields import items as objects
-from proxy.protocols.fields import text
+from proxy.protocols.fields import count, objects, text
 from proxy.protocols.responses.annotations import citation_from_responses
 from proxy.protocols.responses.vocabulary import (
     call_arguments,
+    call_id,
     error_from_responses,
     finish_from_responses,
     has_calls,
@@ -33,11 +33,9 @@ log = logging.getLogger(__name__)
 
 
 def decode(doc: dict[str, Any]) -> Response:
-    created = doc.get("created_at")
     resp = Response(id=text(doc, "id") or "resp_" + uuid.uuid4().hex, model=text(doc, "model"),
-                    created=created if isinstance(created, int) and created > 0 else int(time.time()))
-    output = doc.get("output")
-    items = [i for i in output if isinstance(i, dict)] if isinstance(output, list) else []
+                    created=count(doc.get("created_at")) or int(time.time()))
+    items = objects(doc, "output")
     resp.output = [part for item in items for part in _parts(item)]
     resp.usage = usage_from_responses(doc.get("usage"))
     if doc.get("status") == "failed" or isinstance(doc.get("error"), dict):
@@ -50,14 +48,14 @@ def decode(doc: dict[str, Any]) -> Response:
 def _parts(item: dict[str, Any]) -> list[OutputPart]:
     itype = item.get("type")
     if itype == "message":
-        return [p for c in objects(item, "content") if isinstance(c, dict) for p in _content(c)]
+        return [p for c in objects(item, "content") for p in _content(c)]
     if itype == "reasoning":
         return [_reasoning(item)]
     if itype == "function_call":
-        return [ToolCallPart(_call_id(item), text(item, "name"), call_arguments(item),
+        return [ToolCallPart(call_id(item), text(item, "name"), call_arguments(item),
                              item_id=text(item, "id") or None)]
     if itype == "custom_tool_call":
-        return [ToolCallPart(_call_id(item), text(item, "name"), text(item, "input"), "custom",
+        return [ToolCallPart(call_id(item), text(item, "name"), text(item, "input"), "custom",
                              text(item, "id") or None)]
     log.info("skipping an upstream %s item: clients of other protocols have no place for it", itype)
     return []
@@ -74,12 +72,9 @@ def _content(part: dict[str, Any]) -> list[OutputPart]:
 
 
 def _reasoning(item: dict[str, Any]) -> ReasoningPart:
-    pieces = [p for key in ("summary", "content") for p in objects(item, key) if isinstance(p, dict)]
+    pieces = [p for key in ("summary", "content") for p in objects(item, key)]
     joined = "\n\n".join(t for t in (text(p, "text") for p in pieces) if t)
     encrypted = item.get("encrypted_content")
     return ReasoningPart(text=joined, encrypted=encrypted if isinstance(encrypted, str) and encrypted else None,
                          id=text(item, "id") or None)
 
-
-def _call_id(item: dict[str, Any]) -> str:
-    return text(item, "call_id") or "call_" + uuid.uuid4().hex[:24]

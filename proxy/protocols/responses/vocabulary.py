@@ -1,12 +1,14 @@
-"""The Responses protocol's shared vocabulary, as upstreams speak it: usage, finish reasons, error
-codes, and the small readers of item fields that the stream decoder and the whole-response
-decoder both use.
+"""The Responses protocol's shared vocabulary: usage, finish reasons and error codes as upstreams
+speak them, and the small readers of item fields that the stream decoder and the whole-response
+decoder both use; and the same words written for Responses clients (usage, why a response is
+incomplete, the code of a failed one), by the response object and the passthrough.
 Pure: must not import Flask or requests.
 """
 
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 from proxy.errors import KIND_FOR_ERROR_TYPE, KIND_STATUS, scrub
@@ -16,6 +18,8 @@ from proxy.protocols.fields import count, obj, text
 
 CALL_ITEMS = ("function_call", "custom_tool_call")
 FINISH_FROM_INCOMPLETE = {"max_output_tokens": ir.LENGTH, "content_filter": ir.CONTENT_FILTER}
+INCOMPLETE_FROM_FINISH = {ir.LENGTH: "max_output_tokens", ir.CONTEXT_WINDOW: "max_output_tokens",
+                          ir.CONTENT_FILTER: "content_filter"}
 # Responses error codes (SDK ResponseError.code, and those Codex recognises) → the proxy's kinds.
 KIND_FROM_CODE = {
     "rate_limit_exceeded": "rate_limit", "slow_down": "rate_limit",
@@ -28,6 +32,11 @@ KIND_FROM_CODE = {
     "bio_policy": "invalid_request", "cyber_policy": "invalid_request",
     "misalignment_policy_violation": "invalid_request",
 }
+# What Codex and openai-python read in response.failed's error.code. A stream whose upstream went
+# silent past the idle deadline fails as the real API's timeouts do.
+FAILURE_CODES = {"rate_limit": "rate_limit_exceeded", "overloaded": "server_is_overloaded",
+                 "unavailable": "server_is_overloaded", "billing": "insufficient_quota",
+                 "invalid_request": "invalid_prompt", "timeout": "request_timeout"}
 
 
 def usage_from_responses(raw: Any) -> Usage | None:
@@ -41,16 +50,29 @@ def usage_from_responses(raw: Any) -> Usage | None:
                  reasoning_tokens=count(completion.get("reasoning_tokens")))
 
 
+def usage_to_responses(usage: Usage | None) -> dict[str, Any]:
+    u = usage or Usage()
+    return {
+        "input_tokens": u.input_tokens,
+        "input_tokens_details": {"cached_tokens": u.cache_read_tokens, "cache_write_tokens": u.cache_write_tokens},
+        "output_tokens": u.output_tokens,
+        "output_tokens_details": {"reasoning_tokens": u.reasoning_tokens},
+        "total_tokens": u.total_tokens,
+    }
+
+
 def error_from_responses(error: Any, default_message: str = "upstream reported that the response failed") -> ErrorInfo:
     """A Responses error object — `response.error`, or an `error` event in its nested or flat form."""
-    error = error if isinstance(error, dict) else {}
-    code = error.get("code") if isinstance(error.get("code"), str) and error.get("code") else None
-    utype = error.get("type") if isinstance(error.get("type"), str) and error.get("type") else None
-    kind = KIND_FROM_CODE.get(code or "") or KIND_FOR_ERROR_TYPE.get(utype or "", "api_error")
-    message = text(error, "message") or default_message
-    param = error.get("param") if isinstance(error.get("param"), str) else None
-    return ErrorInfo(kind=kind, message=scrub(message), status=KIND_STATUS[kind], code=code, param=param,
-                     upstream_type=utype)
+    code = text(error, "code")
+    kind = KIND_FROM_CODE.get(code) or KIND_FOR_ERROR_TYPE.get(text(error, "type"), "api_error")
+    param = error.get("param") if isinstance(error, dict) and isinstance(error.get("param"), str) else None
+    return ErrorInfo(kind=kind, message=scrub(text(error, "message") or default_message), status=KIND_STATUS[kind],
+                     code=code or None, param=param)
+
+
+def failure_code(info: ErrorInfo) -> str:
+    """The `error.code` of a failed response: the upstream's own code, else the one for the kind."""
+    return info.code or FAILURE_CODES.get(info.kind, "server_error")
 
 
 def finish_from_responses(doc: dict[str, Any], saw_calls: bool, incomplete: bool = False) -> str:
@@ -67,6 +89,11 @@ def call_arguments(item: dict[str, Any]) -> str:
     if isinstance(arguments, str):
         return arguments
     return json.dumps(arguments, ensure_ascii=False) if arguments is not None else ""
+
+
+def call_id(item: dict[str, Any]) -> str:
+    """A call item's `call_id`, which its output must name; one is made up when a server left it out."""
+    return text(item, "call_id") or "call_" + uuid.uuid4().hex[:24]
 
 
 def has_calls(output: Any) -> bool:
