@@ -17,6 +17,7 @@ from flask import Blueprint, Response, current_app, g, request
 
 from proxy.blueprints.http import client_key_name, client_socket, json_body, relay_response
 from proxy.errors import ProxyError
+from proxy.ops.log_lines import ENVIRON_KEY
 from proxy.ops.records import OK, RequestRecord
 from proxy.protocols.codec import Protocol
 from proxy.protocols.exchange import Exchange
@@ -30,6 +31,7 @@ def completions_blueprint(protocol: Protocol) -> Blueprint:
     def create() -> Response:
         state = current_app.extensions["llm_proxy"]
         record = RequestRecord(g.request_id, client_key_name(), protocol.name, model="", stream=False)
+        request.environ[ENVIRON_KEY] = record  # for the access line (proxy/serving/access_log.py)
         try:
             body = json_body()
             client.validate(body)

@@ -13,6 +13,7 @@ import json
 import logging
 import re
 import secrets
+from collections.abc import Iterable
 from typing import Any
 
 from flask import Flask, Response, current_app, g, request
@@ -28,6 +29,8 @@ from proxy.relay.loop import RelayResult
 log = logging.getLogger("proxy.http")
 
 PUBLIC_PATHS = {"/", "/healthz"}
+# Paths outside /admin/ that need an admin key too, with what else opens them (install's public_paths).
+ADMIN_PATHS = {"/metrics": "or set metrics.public: true to serve it without a key"}
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 # Allowed in CORS preflight whatever the protocol; each protocol adds the headers its browser clients send.
 CORS_BASE_HEADERS = ("Content-Type", "Authorization", "X-API-Key")
@@ -51,8 +54,11 @@ def served_endpoints(app: Flask) -> str:
     return ", ".join(paths[:-1]) + " and " + paths[-1] if len(paths) > 1 else "".join(paths)
 
 
-def install(app: Flask, client_keys: KeyChecker, admin_keys: KeyChecker, max_body_bytes: int) -> None:
+def install(app: Flask, client_keys: KeyChecker, admin_keys: KeyChecker, max_body_bytes: int,
+            public_paths: Iterable[str] = ()) -> None:
+    """`public_paths`: paths the config opens to anyone, besides PUBLIC_PATHS."""
     app.config["MAX_CONTENT_LENGTH"] = max_body_bytes
+    public = PUBLIC_PATHS | set(public_paths)
 
     @app.before_request
     def _begin() -> Response | None:
@@ -61,16 +67,20 @@ def install(app: Flask, client_keys: KeyChecker, admin_keys: KeyChecker, max_bod
         logs.request_id.set(g.request_id)
         if request.method == "OPTIONS":
             return _preflight()
-        if request.path in PUBLIC_PATHS:
+        if request.path in public:
             return None
-        admin = request.path.startswith("/admin/")
+        admin = request.path.startswith("/admin/") or request.path in ADMIN_PATHS
         if admin and admin_keys.empty:
+            if request.path in ADMIN_PATHS:
+                raise ProxyError(403, f"{request.path} needs an admin key and none is configured: list keys under "
+                                      f"admin_keys in the config, {ADMIN_PATHS[request.path]}.", "permission")
             raise ProxyError(403, "The admin API is disabled: list keys under admin_keys in the config to use it.",
                              "permission")
         key = presented_key(request.headers.get("x-api-key"), request.headers.get("authorization"))
         if key is None:
-            raise ProxyError(401, "Missing API key: send it as 'Authorization: Bearer <key>' or 'x-api-key: <key>'.",
-                             "authentication")
+            which = " (this endpoint needs an admin key, from admin_keys)" if admin else ""
+            raise ProxyError(401, f"Missing API key{which}: send it as 'Authorization: Bearer <key>' or "
+                                  "'x-api-key: <key>'.", "authentication")
         if not (admin_keys if admin else client_keys).check(key):
             which = "an admin key (admin_keys)" if admin else "a client key (client_keys)"
             raise ProxyError(401, f"Invalid API key: this endpoint needs {which} from the proxy's config.",

@@ -3,7 +3,8 @@
 A package of small modules, each with one owner: `model` (the dataclasses every other module
 receives), `load` (reading the file, `${VAR}` expansion and every check, with messages that name
 the key), `values` (checks on single values), `pool` (an upstream's `pool:` section), `presets`
-(ready-made model tables), `unsupported` (an upstream's `unsupported:` list). The names most code
+(ready-made model tables), `unsupported` (an upstream's `unsupported:` list), `observability` (the
+`metrics:` and `logging:` sections). The names most code
 needs are re-exported here.
 
 Import-light (stdlib + PyYAML): `llm-proxy serve` and `check-config` import it in gunicorn's master

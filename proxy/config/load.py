@@ -32,6 +32,7 @@ from proxy.config.model import (
     Timeouts,
     Upstream,
 )
+from proxy.config.observability import parse_logging, parse_metrics
 from proxy.config.pool import parse_pool
 from proxy.config.values import (
     ConfigError,
@@ -79,7 +80,7 @@ def parse(raw: Any, environ: Mapping[str, str] | None = None, source: str = "<me
         {
             "client_keys", "admin_keys", "upstreams", "max_body_bytes", "timeouts", "streaming",
             "model_list_ttl", "trust_env", "log_level", "state_path", "response_store", "max_response_bytes",
-            "proxies", "protocol_plugins",
+            "proxies", "protocol_plugins", "metrics", "logging",
         },
     )
     client_keys = keys(top.get("client_keys"), "client_keys", at_least_one=True)
@@ -115,6 +116,8 @@ def parse(raw: Any, environ: Mapping[str, str] | None = None, source: str = "<me
         else str_(top.get("state_path", "llm-proxy-state.db"), "state_path"),
         source=source,
         deprecated=_deprecated(top),
+        metrics=parse_metrics(top.get("metrics", {})),
+        logging=parse_logging(top.get("logging", {})),
     )
 
 

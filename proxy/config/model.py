@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from proxy.config.observability import LoggingConfig, MetricsConfig
 from proxy.config.pool import PoolConfig
 
 DEFAULT_FIRST_BYTE = 30.0  # a streaming attempt's wait for response headers, unless `read` is shorter
@@ -119,3 +120,5 @@ class Config:
     # Keys this config sets that are still accepted but do nothing, each as one line naming the key
     # and saying so: logged once when the server starts, and printed by `check-config`.
     deprecated: tuple[str, ...] = ()
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)

@@ -7,8 +7,9 @@ take), sending it through the transport, judging the status *before* any byte re
 (the pool's classification says whether another account may do better, and cools or disables
 this one), and turning a good answer into the client's: a stream handed to the streaming engine,
 or one body translated whole. Every way an attempt ends releases its lease exactly once (a stream
-releases it when it closes) and logs one line: request id, upstream, account, status, class,
-action, elapsed ms.
+releases it when it closes) and is told to the hooks as one `AttemptRecord` — request id, upstream,
+account, status, class, action, elapsed time — which `proxy.ops.log_lines` writes as the attempt's
+log line: the relay states facts and formats no line about an attempt.
 
 Must not choose the account or the route, nor decide whether to try again (the loop's, which is
 told by `NextAccount`), nor read a socket (the transport's); translates nothing itself (the codecs').
@@ -258,18 +259,17 @@ class Attempt:
                               tried=Tried(self.route.upstream.name, None, f"HTTP {info.status}"))
 
     def _log(self, status: Any, klass: str, action: str) -> None:
-        """The attempt's one log line, and the same for the hooks; the request's record learns
-        where its latest attempt went."""
+        """The attempt, for the hooks — its log line among them (proxy.ops.log_lines); the request's
+        record learns where its latest attempt went."""
         ex, upstream, account = self.ex, self.route.upstream.name, self.lease.account.id
         elapsed = self.relay.clock() - self.started
-        log.info("attempt rid=%s upstream=%s account=%s status=%s class=%s action=%s elapsed_ms=%d%s",
-                 ex.request_id, upstream, account, status, klass, action, elapsed * 1000, _dropped(ex))
         if self.record is not None:
             record = self.record
             record.upstream, record.account, record.upstream_model = upstream, account, self.route.model
             record.attempts += 1
         self.relay.hooks.attempt(AttemptRecord(ex.request_id, upstream, account,
-                                               status if isinstance(status, int) else None, klass, action, elapsed))
+                                               status if isinstance(status, int) else None, klass, action, elapsed,
+                                               self.record, dict(ex.dropped) if ex.dropped else None))
 
 
 def _dropped(ex: Exchange) -> str:

@@ -16,11 +16,14 @@ from flask import Flask
 
 from proxy import config as config_module
 from proxy import logs
-from proxy.blueprints import admin, http, messages, models, responses
+from proxy.blueprints import admin, admin_status, http, messages, models, responses
+from proxy.blueprints import metrics as metrics_endpoint
 from proxy.blueprints.auth import KeyChecker
 from proxy.blueprints.completions import completions_blueprint
 from proxy.config import Config
 from proxy.ops.hooks import HookSet
+from proxy.ops.log_lines import LogLines
+from proxy.ops.metrics import LiveGauges, Metrics
 from proxy.pool.pool import AccountPool
 from proxy.pool.store import MemoryStore, SQLiteStore, StateStore
 from proxy.protocols import registry
@@ -42,6 +45,8 @@ class AppState:
     pools: dict[str, AccountPool]
     response_store: ResponseStore
     keeper: PoolKeeper
+    live: LiveGauges  # streams open and workers alive, over the instance's workers
+    metrics: Metrics | None = None  # None: metrics.enabled is false
 
 
 def create_app(config: Config | None = None, start_background: bool = True) -> Flask:
@@ -50,7 +55,7 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
         if not path:
             raise config_module.ConfigError("", "set LLM_PROXY_CONFIG to the path of the YAML config file")
         config = config_module.load(path)
-    logs.configure(config.log_level)
+    logs.configure(config.log_level, config.logging.format)
     config = registry.resolve(config)  # every upstream's protocol by its name; plugins imported
     client = UpstreamClient(trust_env=config.trust_env)
     pools = {u.name: AccountPool(u) for u in config.upstreams}
@@ -60,19 +65,28 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
     if start_background:
         keeper.start()
     secrets = tuple(a.api_key for u in config.upstreams for a in u.accounts)
-    hooks = HookSet()  # the operators' concerns plug in here (proxy.ops)
+    hooks = HookSet([LogLines()])  # the operators' concerns plug in here (proxy.ops)
+    live = LiveGauges()
+    hooks.add(live)
     relay = Relay(config, Router(config.upstreams), pools, HTTPTransport(client, pools), secrets, hooks=hooks)
+    metrics = Metrics(live, lambda model: bool(relay.router.resolve(model))) if config.metrics.enabled else None
+    if metrics is not None:
+        hooks.add(metrics)
     responses_store = ResponseStore(config.response_store.max_entries, config.response_store.ttl)
     state = AppState(config=config, relay=relay, catalog=Catalog(config, pools, client), pools=pools,
-                     response_store=responses_store, keeper=keeper, hooks=hooks)
+                     response_store=responses_store, keeper=keeper, hooks=hooks,
+                     live=live, metrics=metrics)
 
     app = Flask("proxy")
     app.extensions["llm_proxy"] = state
-    http.install(app, KeyChecker(config.client_keys), KeyChecker(config.admin_keys), config.max_body_bytes)
+    http.install(app, KeyChecker(config.client_keys), KeyChecker(config.admin_keys), config.max_body_bytes,
+                 public_paths=("/metrics",) if config.metrics.public else ())
     for protocol in registry.all_protocols():  # each protocol's endpoint, plugins' included
         app.register_blueprint(completions_blueprint(protocol))
     app.register_blueprint(messages.bp)
     app.register_blueprint(responses.bp)
     app.register_blueprint(models.bp)
     app.register_blueprint(admin.bp)
+    app.register_blueprint(metrics_endpoint.bp)
+    app.register_blueprint(admin_status.bp)
     return app

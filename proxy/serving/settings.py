@@ -20,6 +20,8 @@ import resource
 import sys
 from typing import Any
 
+from proxy.serving.observability import with_metrics_and_log_format
+
 ACCESS_LOG_FORMAT = '%(h)s "%(r)s" %(s)s %(B)s %(M)sms rid=%({x-request-id}o)s ua="%(a)s"'
 
 
@@ -70,7 +72,7 @@ def _check_config(server: Any) -> None:
         if not path:
             raise ConfigError("", "set LLM_PROXY_CONFIG to the path of the YAML config file")
         config = load(path)
-        logs.configure(config.log_level)  # this process's lines in the workers' format
+        logs.configure(config.log_level, config.logging.format)  # this process's lines in the workers' format
         registry.resolve(config)
     except ConfigError as exc:
         print(f"llm-proxy: config error: {exc}", file=sys.stderr, flush=True)
@@ -88,7 +90,7 @@ def _flush_pool_state(server: Any, worker: Any) -> None:
 
 def settings(bind: str | None = None, workers: int | None = None) -> dict[str, Any]:
     env = os.environ
-    return {
+    return with_metrics_and_log_format({
         "bind": [bind or env.get("LLM_PROXY_BIND", "127.0.0.1:8080")],
         "workers": workers or int(env.get("LLM_PROXY_WORKERS", "1")),
         "worker_class": "proxy.serving.worker.ProxyGeventWorker",
@@ -106,4 +108,4 @@ def settings(bind: str | None = None, workers: int | None = None) -> dict[str, A
         "on_starting": _check_config,
         "post_worker_init": _prepare_worker,
         "worker_exit": _flush_pool_state,
-    }
+    })
