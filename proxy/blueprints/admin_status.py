@@ -4,13 +4,15 @@
 
 `open_streams` and `workers` are summed over the instance's workers alive now (the live gauges of
 proxy/ops/metrics.py, which every worker writes and the master clears for a worker that died);
-`reloaded_at` stays null until the config can be reloaded in place. Needs an admin key, like all
+`reloaded_at` is when this worker switched to the config it serves (ISO 8601 UTC), null until a
+reload (proxy.serving.reconfigure). Needs an admin key, like all
 of /admin/.
 """
 
 from __future__ import annotations
 
 import os
+from datetime import UTC, datetime
 from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify
@@ -29,5 +31,9 @@ def status() -> Response:
         "workers": state.live.worker_count(),
         "version": __version__,
         "config": None if source == "<memory>" else os.path.abspath(source),
-        "reloaded_at": None,
+        "reloaded_at": _iso(state.config_loaded_at) if state.config_generation > 1 else None,
     })
+
+
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")

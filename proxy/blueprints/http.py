@@ -13,7 +13,6 @@ import json
 import logging
 import re
 import secrets
-from collections.abc import Iterable
 from typing import Any
 
 from flask import Flask, Response, current_app, g, request
@@ -21,15 +20,16 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.wsgi import get_input_stream
 
 from proxy import logs
-from proxy.blueprints.auth import KeyChecker, key_name, presented_key
+from proxy.blueprints.auth import key_name, presented_key
+from proxy.config import Config
 from proxy.errors import ProxyError, invalid, kind_for_status
 from proxy.protocols import registry
 from proxy.relay.loop import RelayResult
 
 log = logging.getLogger("proxy.http")
 
-PUBLIC_PATHS = {"/", "/healthz"}
-# Paths outside /admin/ that need an admin key too, with what else opens them (install's public_paths).
+PUBLIC_PATHS = {"/", "/healthz", "/readyz"}
+# Paths outside /admin/ that need an admin key too, with what else opens them (the config's public_paths).
 ADMIN_PATHS = {"/metrics": "or set metrics.public: true to serve it without a key"}
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 # Allowed in CORS preflight whatever the protocol; each protocol adds the headers its browser clients send.
@@ -54,11 +54,15 @@ def served_endpoints(app: Flask) -> str:
     return ", ".join(paths[:-1]) + " and " + paths[-1] if len(paths) > 1 else "".join(paths)
 
 
-def install(app: Flask, client_keys: KeyChecker, admin_keys: KeyChecker, max_body_bytes: int,
-            public_paths: Iterable[str] = ()) -> None:
-    """`public_paths`: paths the config opens to anyone, besides PUBLIC_PATHS."""
-    app.config["MAX_CONTENT_LENGTH"] = max_body_bytes
-    public = PUBLIC_PATHS | set(public_paths)
+def public_paths(config: Config) -> tuple[str, ...]:
+    """Paths the config opens to anyone, besides PUBLIC_PATHS."""
+    return ("/metrics",) if config.metrics.public else ()
+
+
+def install(app: Flask) -> None:
+    """The edge's hooks. Keys and limits come from the app's state as it is when a request starts,
+    so a config reload changes them for the next request (proxy.serving.reconfigure)."""
+    app.config["MAX_CONTENT_LENGTH"] = app.extensions["llm_proxy"].config.max_body_bytes
 
     @app.before_request
     def _begin() -> Response | None:
@@ -67,9 +71,11 @@ def install(app: Flask, client_keys: KeyChecker, admin_keys: KeyChecker, max_bod
         logs.request_id.set(g.request_id)
         if request.method == "OPTIONS":
             return _preflight()
-        if request.path in public:
+        state = current_app.extensions["llm_proxy"]
+        if request.path in PUBLIC_PATHS or request.path in public_paths(state.config):
             return None
         admin = request.path.startswith("/admin/") or request.path in ADMIN_PATHS
+        client_keys, admin_keys = state.client_keys, state.admin_keys
         if admin and admin_keys.empty:
             if request.path in ADMIN_PATHS:
                 raise ProxyError(403, f"{request.path} needs an admin key and none is configured: list keys under "
@@ -113,7 +119,7 @@ def install(app: Flask, client_keys: KeyChecker, admin_keys: KeyChecker, max_bod
             allowed = ", ".join(sorted(m for m in (exc.valid_methods or []) if m not in ("HEAD", "OPTIONS")))  # type: ignore[attr-defined]
             message = f"Method {request.method} is not allowed on {request.path}; use {allowed or 'another method'}."
         elif status == 413:
-            return render_error(body_too_large(max_body_bytes))
+            return render_error(body_too_large(current_app.config["MAX_CONTENT_LENGTH"]))
         else:
             message = exc.description or exc.name
         return render_error(ProxyError(status, message, kind_for_status(status)))
