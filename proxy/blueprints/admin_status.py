@@ -12,12 +12,12 @@ of /admin/.
 from __future__ import annotations
 
 import os
-from datetime import UTC, datetime
 from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify
 
 from proxy import __version__
+from proxy.logs import iso_time
 
 bp = Blueprint("admin_status", __name__)
 
@@ -31,9 +31,5 @@ def status() -> Response:
         "workers": state.live.worker_count(),
         "version": __version__,
         "config": None if source == "<memory>" else os.path.abspath(source),
-        "reloaded_at": _iso(state.config_loaded_at) if state.config_generation > 1 else None,
+        "reloaded_at": iso_time(state.config_loaded_at) if state.config_generation > 1 else None,
     })
-
-
-def _iso(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")

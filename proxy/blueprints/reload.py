@@ -16,19 +16,15 @@ accepted) and the worker's pid — with several workers, each answers for itself
 from __future__ import annotations
 
 import os
-from datetime import UTC, datetime
 from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify
 
 from proxy.config import ConfigError
 from proxy.errors import ProxyError
+from proxy.logs import iso_time
 
 bp = Blueprint("reload", __name__)
-
-
-def _iso(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 @bp.post("/admin/reload")
@@ -38,7 +34,7 @@ def reload() -> Response:
     except ConfigError as exc:
         raise ProxyError(400, f"The config was not reloaded: {exc}", "invalid_request",
                          code="invalid_config") from None
-    resp = jsonify({**outcome, "loaded_at": _iso(outcome["loaded_at"])})
+    resp = jsonify({**outcome, "loaded_at": iso_time(outcome["loaded_at"])})
     resp.status_code = 200 if outcome["reloaded"] else 202
     return resp
 
@@ -46,5 +42,5 @@ def reload() -> Response:
 @bp.get("/admin/config")
 def config() -> Response:
     state = current_app.extensions["llm_proxy"]
-    return jsonify({"source": state.config_source, "loaded_at": _iso(state.config_loaded_at),
+    return jsonify({"source": state.config_source, "loaded_at": iso_time(state.config_loaded_at),
                     "generation": state.config_generation, "worker": os.getpid()})
