@@ -16,11 +16,15 @@ from flask import Flask
 
 from proxy import config as config_module
 from proxy import logs
-from proxy.blueprints import admin, http, messages, models, responses
+from proxy.blueprints import admin, http, messages, models, responses, usage
 from proxy.blueprints.auth import KeyChecker
 from proxy.blueprints.completions import completions_blueprint
 from proxy.config import Config
 from proxy.ops.hooks import HookSet
+from proxy.ops.recent import RecentRequests
+from proxy.ops.usage import UsageAccounting
+from proxy.ops.usage_store import open_usage_store
+from proxy.ops.usage_writer import UsageWriter
 from proxy.pool.pool import AccountPool
 from proxy.pool.store import MemoryStore, SQLiteStore, StateStore
 from proxy.protocols import registry
@@ -42,6 +46,7 @@ class AppState:
     pools: dict[str, AccountPool]
     response_store: ResponseStore
     keeper: PoolKeeper
+    usage: UsageWriter
 
 
 def create_app(config: Config | None = None, start_background: bool = True) -> Flask:
@@ -61,10 +66,13 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
         keeper.start()
     secrets = tuple(a.api_key for u in config.upstreams for a in u.accounts)
     hooks = HookSet()  # the operators' concerns plug in here (proxy.ops)
+    usage_writer = UsageWriter(open_usage_store(config.state_path), config.usage.retention_days)
+    hooks.add(RecentRequests(usage_writer))  # before usage: its entry rides along with the usage commit
+    hooks.add(UsageAccounting(usage_writer))
     relay = Relay(config, Router(config.upstreams), pools, HTTPTransport(client, pools), secrets, hooks=hooks)
     responses_store = ResponseStore(config.response_store.max_entries, config.response_store.ttl)
     state = AppState(config=config, relay=relay, catalog=Catalog(config, pools, client), pools=pools,
-                     response_store=responses_store, keeper=keeper, hooks=hooks)
+                     response_store=responses_store, keeper=keeper, hooks=hooks, usage=usage_writer)
 
     app = Flask("proxy")
     app.extensions["llm_proxy"] = state
@@ -75,4 +83,5 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
     app.register_blueprint(responses.bp)
     app.register_blueprint(models.bp)
     app.register_blueprint(admin.bp)
+    app.register_blueprint(usage.bp)
     return app

@@ -75,10 +75,12 @@ def _check_config(server: Any) -> None:
 
 
 def _flush_pool_state(server: Any, worker: Any) -> None:
-    """A worker is exiting (SIGTERM, restart): write its pool changes and counters to the store."""
+    """A worker is exiting (SIGTERM, restart): write its pool changes, counters and usage to the store."""
+    from proxy.ops.usage_writer import flush_all
     from proxy.upstream.keeper import stop_all  # in the worker, where the app (and gevent) are loaded
 
     stop_all()
+    flush_all()  # usage still queued (normally none: each request's is written before it ends)
 
 
 def settings(bind: str | None = None, workers: int | None = None) -> dict[str, Any]:
