@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from collections.abc import Callable
 
 import gevent
@@ -28,7 +29,7 @@ log = logging.getLogger("proxy.usage")
 
 WAIT_LIMIT = 5.0  # seconds a request waits for its commit before it goes on regardless
 PURGE_EVERY = 600.0  # seconds between two retention purges by one worker (the first comes with its first write)
-_writers: list[UsageWriter] = []
+_writers: weakref.WeakSet[UsageWriter] = weakref.WeakSet()  # an app dropped (tests) takes its writer along
 
 
 class UsageWriter:
@@ -43,7 +44,7 @@ class UsageWriter:
         self._wake = Event()
         self._greenlet: gevent.Greenlet | None = None
         self._next_purge = 0.0
-        _writers.append(self)
+        _writers.add(self)
 
     def add(self, usage: UsageRow | None = None, recent: RecentEntry | None = None, wait: bool = True) -> None:
         """Queue a row and / or an entry; with `wait`, return once they are written."""
