@@ -110,6 +110,7 @@ def start_proxy(config: dict[str, Any], tmp: Path, extra_env: dict[str, str] | N
     log_path = tmp / f"proxy-{next(_proxy_numbers)}.log"  # a restart in the same folder keeps the old log
     audit.register((a.get("api_key", "") for u in config.get("upstreams", []) for a in u.get("accounts", [])),
                    log_path)
+    audit.register(k["key"] for k in config.get("client_keys", []) if isinstance(k, dict))  # named keys' secrets
     env = {**os.environ, "LLM_PROXY_CONFIG": str(path), "LLM_PROXY_WORKERS": str(workers), **(extra_env or {})}
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(

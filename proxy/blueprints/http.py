@@ -20,9 +20,11 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.wsgi import get_input_stream
 
 from proxy import logs
-from proxy.blueprints.auth import key_name, presented_key
+from proxy.blueprints.auth import presented_key
 from proxy.config import Config
+from proxy.config.keys import ClientKey
 from proxy.errors import ProxyError, invalid, kind_for_status
+from proxy.ops.records import RequestRecord
 from proxy.protocols import registry
 from proxy.relay.loop import RelayResult
 
@@ -31,6 +33,7 @@ log = logging.getLogger("proxy.http")
 PUBLIC_PATHS = {"/", "/healthz", "/readyz"}
 # Paths outside /admin/ that need an admin key too, with what else opens them (the config's public_paths).
 ADMIN_PATHS = {"/metrics": "or set metrics.public: true to serve it without a key"}
+KEY_NAME_ENVIRON = "llm_proxy.client_key"  # the key's name in the WSGI environ, for the access log line
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 # Allowed in CORS preflight whatever the protocol; each protocol adds the headers its browser clients send.
 CORS_BASE_HEADERS = ("Content-Type", "Authorization", "X-API-Key")
@@ -85,13 +88,18 @@ def install(app: Flask) -> None:
         key = presented_key(request.headers.get("x-api-key"), request.headers.get("authorization"))
         if key is None:
             which = " (this endpoint needs an admin key, from admin_keys)" if admin else ""
-            raise ProxyError(401, f"Missing API key{which}: send it as 'Authorization: Bearer <key>' or "
-                                  "'x-api-key: <key>'.", "authentication")
-        if not (admin_keys if admin else client_keys).check(key):
+            raise _refused(ProxyError(401, f"Missing API key{which}: send it as 'Authorization: Bearer <key>' or "
+                                           "'x-api-key: <key>'.", "authentication"))
+        entry = (admin_keys if admin else client_keys).match(key)
+        if entry is None:
             which = "an admin key (admin_keys)" if admin else "a client key (client_keys)"
-            raise ProxyError(401, f"Invalid API key: this endpoint needs {which} from the proxy's config.",
-                             "authentication")
-        g.client_key_name = key_name(key)
+            raise _refused(ProxyError(401, f"Invalid API key: this endpoint needs {which} from the proxy's config.",
+                                      "authentication"))
+        request.environ[KEY_NAME_ENVIRON] = g.client_key_name = entry.name  # the access log shows it
+        if entry.disabled:
+            raise _refused(ProxyError(401, f"The API key {entry.name!r} is disabled in the proxy's config "
+                                           "(client_keys); ask the proxy's operator to enable it.", "authentication"))
+        g.client_key = entry
         return None
 
     @app.after_request
@@ -130,6 +138,17 @@ def install(app: Flask) -> None:
         rid = getattr(g, "request_id", "-")
         return render_error(ProxyError(500, f"Internal error in the proxy (request id {rid}); "
                                             "the proxy's log has the details.", "api_error"))
+
+
+def _refused(err: ProxyError) -> ProxyError:
+    """A completion request refused for its key still ends in one record for the hooks (usage,
+    recent requests: proxy.ops) — under the key's name if it named one, else "-"."""
+    protocol = registry.for_path(request.path)
+    if protocol is not None and request.method == "POST" and request.path == protocol.client.path:
+        record = RequestRecord(g.request_id, client_key_name(), protocol.name, model="", stream=False)
+        record.finish(err.info.status, err.info.kind)
+        current_app.extensions["llm_proxy"].hooks.request_done(record)
+    return err
 
 
 def _preflight() -> Response:
@@ -213,6 +232,11 @@ def relay_response(result: RelayResult) -> Response:
 def client_key_name() -> str:
     """The name of the key this request was let in with (never the key itself)."""
     return str(getattr(g, "client_key_name", "-"))
+
+
+def client_key() -> ClientKey | None:
+    """The client key this request was let in with: its name, the models it may use."""
+    return getattr(g, "client_key", None)
 
 
 def client_socket() -> Any:

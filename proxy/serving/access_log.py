@@ -46,6 +46,8 @@ class _Atoms(Mapping[str, Any]):
             value = _header(resp.headers, key[1:-2])
         elif key.endswith("}i") and key.startswith("{"):
             value = _header(getattr(req, "headers", ()), key[1:-2])
+        elif key.endswith("}e") and key.startswith("{"):  # the client key's name is one (proxy.blueprints.http)
+            value = _environ(environ, key[1:-2])
         else:
             return self._everything()[key]
         return value.replace('"', '\\"') if isinstance(value, str) else value
@@ -69,6 +71,14 @@ def _header(headers: Any, name: str) -> str:
         if key.lower() == name:
             return str(value)
     return "-"
+
+
+def _environ(environ: dict[str, Any], name: str) -> Any:
+    value = environ.get(name)
+    if value is None:  # gunicorn's lookup is case-insensitive
+        name = name.lower()
+        value = next((v for k, v in environ.items() if k.lower() == name), "-")
+    return value
 
 
 def _status(resp: Any) -> str:

@@ -23,7 +23,7 @@ from flask import Flask
 
 from proxy import config as config_module
 from proxy import logs
-from proxy.blueprints import admin, admin_status, http, messages, models, readiness, responses
+from proxy.blueprints import admin, admin_status, http, messages, models, readiness, responses, usage
 from proxy.blueprints import metrics as metrics_endpoint
 from proxy.blueprints import reload as reload_endpoints
 from proxy.blueprints.auth import KeyChecker
@@ -32,6 +32,10 @@ from proxy.config import Config
 from proxy.ops.hooks import HookSet
 from proxy.ops.log_lines import LogLines
 from proxy.ops.metrics import LiveGauges, Metrics
+from proxy.ops.recent import RecentRequests
+from proxy.ops.usage import UsageAccounting
+from proxy.ops.usage_store import open_usage_store
+from proxy.ops.usage_writer import UsageWriter
 from proxy.pool.pool import AccountPool
 from proxy.pool.store import MemoryStore, SQLiteStore, StateStore
 from proxy.protocols import registry
@@ -58,6 +62,7 @@ class AppState:
     client_keys: KeyChecker
     admin_keys: KeyChecker
     client: UpstreamClient
+    usage: UsageWriter  # the usage rows and recent requests, to the state store
     live: LiveGauges  # streams open and workers alive, over the instance's workers
     # Which config this is: its file, when this worker loaded it, and how many reloads the host
     # (gunicorn's master) has accepted before it — the same number in every worker once all reloaded.
@@ -86,6 +91,9 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
     store: StateStore = SQLiteStore(config.state_path) if config.state_path else MemoryStore()
     keeper = PoolKeeper({}, store, client)
     hooks = HookSet([LogLines()])  # the operators' concerns plug in here (proxy.ops)
+    usage_writer = UsageWriter(open_usage_store(config.state_path), config.usage.retention_days)
+    hooks.add(RecentRequests(usage_writer))  # before usage: its entry rides along with the usage commit
+    hooks.add(UsageAccounting(usage_writer))
     live = LiveGauges()
     hooks.add(live)
 
@@ -103,7 +111,7 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
     responses_store = ResponseStore(config.response_store.max_entries, config.response_store.ttl)
     source = config.source if config.source != "<memory>" else None
     state = AppState(**parts, response_store=responses_store, keeper=keeper, hooks=hooks, client=client,
-                     live=live, metrics=metrics, config_source=source, config_loaded_at=time.time(),
+                     usage=usage_writer, live=live, metrics=metrics, config_source=source, config_loaded_at=time.time(),
                      config_generation=generation)
 
     app = Flask("proxy")
@@ -120,6 +128,7 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
     app.register_blueprint(admin_status.bp)
     app.register_blueprint(readiness.bp)
     app.register_blueprint(reload_endpoints.bp)
+    app.register_blueprint(usage.bp)
     return app
 
 

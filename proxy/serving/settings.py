@@ -24,7 +24,9 @@ from typing import Any
 from proxy.serving import master
 from proxy.serving.observability import with_metrics_and_log_format
 
-ACCESS_LOG_FORMAT = '%(h)s "%(r)s" %(s)s %(B)s %(M)sms rid=%({x-request-id}o)s ua="%(a)s"'
+# key= is the name of the client (or admin) key the request presented — never the key itself.
+ACCESS_LOG_FORMAT = ('%(h)s "%(r)s" %(s)s %(B)s %(M)sms key=%({llm_proxy.client_key}e)s rid=%({x-request-id}o)s '
+                     'ua="%(a)s"')
 
 
 def _raise_fd_limit(worker: Any) -> None:
@@ -69,10 +71,12 @@ def _hold_reloads(server: Any, worker: Any) -> None:
 
 
 def _flush_pool_state(server: Any, worker: Any) -> None:
-    """A worker is exiting (SIGTERM, restart): write its pool changes and counters to the store."""
+    """A worker is exiting (SIGTERM, restart): write its pool changes, counters and usage to the store."""
+    from proxy.ops.usage_writer import flush_all
     from proxy.upstream.keeper import stop_all  # in the worker, where the app (and gevent) are loaded
 
     stop_all()
+    flush_all()  # usage still queued (normally none: each request's is written before it ends)
 
 
 def settings(bind: str | None = None, workers: int | None = None) -> dict[str, Any]:

@@ -132,6 +132,6 @@ def test_the_text_format_is_unchanged(proxy: ProxyServer) -> None:
     assert re.fullmatch(rf"\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d,\d{{3}} INFO \[{request_id}\] proxy\.relay: attempt "
                         rf"rid={request_id} upstream=main account=acct-\d status=200 class=ok action=return "
                         r"elapsed_ms=\d+", mine[0]), mine[0]
-    assert re.fullmatch(rf'127\.0\.0\.1 "POST /v1/chat/completions HTTP/1\.1" 200 \d+ \d+ms rid={request_id} '
+    assert re.fullmatch(rf'127\.0\.0\.1 "POST /v1/chat/completions HTTP/1\.1" 200 \d+ \d+ms key={key_name(CLIENT_KEY)} rid={request_id} '
                         r'ua="OpenAI/Python [^"]+"', mine[1]), mine[1]
     assert STEADY not in proxy.log()
