@@ -1,7 +1,7 @@
 """`/admin/` — see and steer the account pools. Needs a key from `admin_keys` (client keys are
 refused); disabled when no admin key is configured.
 
-  GET    /admin/accounts                          every upstream's accounts: state, reason, counters,
+  GET    /admin/accounts                          every upstream's accounts: state, reason, counters, last error,
                                                   and the overlay on the config file (below)
   POST   /admin/accounts/<upstream>               add an account {id, api_key, weight?, …} (persisted)
   DELETE /admin/accounts/<upstream>/<id>          remove it (persisted)
@@ -10,8 +10,8 @@ refused); disabled when no admin key is configured.
 
 Keys are never shown — a masked suffix at most — and outbound proxies only as scheme://host:port,
 each with its state (ok, or cooling until a time, with the reason and the consecutive failures).
-Counters are totals over every worker (as of the last sync, at most a second old); `in_flight` is
-this worker's. Changes reach the store before the answer, so every worker applies them within
+Counters are totals over every worker (as of the last sync, at most a second old); `in_flight` and
+`last_error` are this worker's. Changes reach the store before the answer, so every worker applies them within
 about two seconds.
 
 Accounts added or removed here are an overlay on the config file (proxy.pool.membership): each

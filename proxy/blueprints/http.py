@@ -20,6 +20,7 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.wsgi import get_input_stream
 
 from proxy import logs
+from proxy.blueprints import status_page
 from proxy.blueprints.auth import presented_key
 from proxy.config import Config
 from proxy.config.keys import ClientKey
@@ -85,6 +86,8 @@ def install(app: Flask) -> None:
                                       f"admin_keys in the config, {ADMIN_PATHS[request.path]}.", "permission")
             raise ProxyError(403, "The admin API is disabled: list keys under admin_keys in the config to use it.",
                              "permission")
+        if status_page.is_page(request.path):
+            return None  # the status page and its assets hold no data: the page signs in with the key itself
         key = presented_key(request.headers.get("x-api-key"), request.headers.get("authorization"))
         if key is None:
             which = " (this endpoint needs an admin key, from admin_keys)" if admin else ""

@@ -41,11 +41,13 @@ class Lease:
     def account(self) -> Account:
         return self.state.account
 
-    def release(self, failure: str | None = None, usage: Usage | None = None) -> None:
+    def release(self, failure: str | None = None, usage: Usage | None = None, error: str | None = None) -> None:
+        """`failure` is the attempt's failure class (None: it served); `error` what went wrong, in
+        words with no secret in them (the upstream's message, scrubbed), kept as the account's last error."""
         if self._released:
             return
         self._released = True
-        self._pool._release(self.state, failure, usage)
+        self._pool._release(self.state, failure, usage, error)
 
 
 @dataclass
@@ -105,13 +107,15 @@ class AccountPool:
             delta.last_used = now
             return Lease(self, chosen)
 
-    def _release(self, state: AccountState, failure: str | None, usage: Usage | None) -> None:
+    def _release(self, state: AccountState, failure: str | None, usage: Usage | None, error: str | None) -> None:
         with self._lock:
             state.in_flight -= 1
             delta = self._delta(state.id)
             if failure is not None:
                 state.failures[failure] = state.failures.get(failure, 0) + 1
                 delta.failures[failure] = delta.failures.get(failure, 0) + 1
+                if failure != "client_gone":  # the client left: nothing went wrong with the account
+                    state.last_error = {"class": failure, "message": error, "at": self._clock()}
             if usage is not None:
                 state.tokens_in += usage.input_tokens
                 state.tokens_out += usage.output_tokens

@@ -129,7 +129,7 @@ class Attempt:
                               action="proxy") from None
         except UpstreamNetworkError as exc:
             self._log("-", f"{NETWORK_CLASS}:{exc.cause}", NETWORK_ACTION)
-            lease.release(failure=NETWORK_CLASS)
+            lease.release(failure=NETWORK_CLASS, error=exc.info.message)
             waited = header_wait if exc.cause == "header_timeout" else None
             raise NextAccount(exc.info, network=True, tried=Tried(upstream.name, waited, exc.cause)) from None
 
@@ -176,7 +176,8 @@ class Attempt:
 
         def on_close(outcome: StreamOutcome) -> None:
             failure = "client_gone" if outcome.client_gone else (outcome.error.kind if outcome.error else None)
-            lease.release(failure=failure, usage=outcome.usage)
+            lease.release(failure=failure, usage=outcome.usage,
+                          error=outcome.error.message if outcome.error and not outcome.client_gone else None)
             end = "client disconnected" if outcome.client_gone else ("in-band error" if outcome.error else "ok")
             log.info("stream end rid=%s upstream=%s account=%s frames=%d result=%s elapsed_ms=%d%s",
                      ex.request_id, route.upstream.name, lease.account.id, outcome.frames, end,
@@ -250,8 +251,8 @@ class Attempt:
 
     def _judge(self, verdict: Verdict, info: ErrorInfo, headers: Mapping[str, str]) -> None:
         """Account for a failed attempt and carry out the verdict; raise NextAccount unless it is `fail`."""
-        self.lease.release(failure=verdict.klass)
         reason = f"{verdict.klass}: HTTP {info.status}: {info.message[:200]}"
+        self.lease.release(failure=verdict.klass, error=reason)
         self.pool.apply(self.lease, verdict, reason, headers)
         self._log(info.status, verdict.klass, verdict.action)
         if verdict.action != "fail":

@@ -23,7 +23,7 @@ from flask import Flask
 
 from proxy import config as config_module
 from proxy import logs
-from proxy.blueprints import admin, admin_status, http, messages, models, readiness, responses, usage
+from proxy.blueprints import admin, admin_status, http, messages, models, readiness, responses, status_page, usage
 from proxy.blueprints import metrics as metrics_endpoint
 from proxy.blueprints import reload as reload_endpoints
 from proxy.blueprints.auth import KeyChecker
@@ -129,6 +129,7 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
     app.register_blueprint(readiness.bp)
     app.register_blueprint(reload_endpoints.bp)
     app.register_blueprint(usage.bp)
+    app.register_blueprint(status_page.bp)
     return app
 
 
