@@ -26,6 +26,8 @@ import yaml
 
 from tests import audit
 
+pytest_plugins = ["tests.redis_server"]  # redis_url, fresh_redis: a real redis-server on loopback
+
 ROOT = Path(__file__).resolve().parent.parent
 CLIENT_KEY = "sk-client-test"
 UPSTREAM_KEYS = ("sk-up-1", "sk-up-2")
