@@ -35,6 +35,7 @@ from proxy.config.model import (
 )
 from proxy.config.observability import parse_logging, parse_metrics
 from proxy.config.pool import parse_pool
+from proxy.config.state import parse_state
 from proxy.config.usage import parse_usage
 from proxy.config.values import (
     ConfigError,
@@ -82,7 +83,7 @@ def parse(raw: Any, environ: Mapping[str, str] | None = None, source: str = "<me
         {
             "client_keys", "admin_keys", "upstreams", "max_body_bytes", "timeouts", "streaming",
             "model_list_ttl", "trust_env", "log_level", "state_path", "response_store", "max_response_bytes",
-            "proxies", "protocol_plugins", "metrics", "logging", "usage",
+            "proxies", "protocol_plugins", "metrics", "logging", "usage", "state",
         },
     )
     client_keys = parse_client_keys(top.get("client_keys"), "client_keys")
@@ -115,6 +116,7 @@ def parse(raw: Any, environ: Mapping[str, str] | None = None, source: str = "<me
         protocol_plugins=_plugins(top.get("protocol_plugins")),
         log_level=log_level,
         usage=parse_usage(top.get("usage"), "usage"),
+        state=parse_state(top.get("state"), "state"),
         state_path=None if top.get("state_path", "llm-proxy-state.db") in (None, "", ":memory:")
         else str_(top.get("state_path", "llm-proxy-state.db"), "state_path"),
         source=source,

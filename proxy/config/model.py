@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from proxy.config.keys import ClientKey
 from proxy.config.observability import LoggingConfig, MetricsConfig
 from proxy.config.pool import PoolConfig
+from proxy.config.state import StateConfig
 from proxy.config.usage import UsageConfig
 
 DEFAULT_FIRST_BYTE = 30.0  # a streaming attempt's wait for response headers, unless `read` is shorter
@@ -119,6 +120,7 @@ class Config:
     protocol_plugins: tuple[str, ...] = ()  # modules to import that register extra protocols
     log_level: str = "info"
     usage: UsageConfig = field(default_factory=UsageConfig)
+    state: StateConfig = field(default_factory=StateConfig)  # shared state: sqlite (state_path) or redis
     source: str = "<memory>"
     # Keys this config sets that are still accepted but do nothing, each as one line naming the key
     # and saying so: logged once when the server starts, and printed by `check-config`.
