@@ -24,8 +24,7 @@ Each trial restarts the proxy; figures are medians over trials with the min-max 
 --quick runs one trial (unless --trials is given) of a shorter set and takes about 3 minutes.
 
 --ops says whether the operators' concerns that cost CPU on the request path — Prometheus metrics
-(and usage accounting, once its config can turn it off: OPS_OFF) — are on (the default config) or
-off in the proxy measured; `both` starts a second proxy with them off ("ops-off") beside the first
+and usage accounting (OPS_OFF) — are on (the default config) or off in the proxy measured; `both` starts a second proxy with them off ("ops-off") beside the first
 and runs every scenario against each, so the tables put the two side by side.
 
 --compare-url runs the same scenarios against another proxy you started yourself, in front of
@@ -109,7 +108,7 @@ def start_mock(port: int) -> tuple[subprocess.Popen[bytes], int]:
 
 # What --ops off (and the "ops-off" proxy of --ops both) changes in the config: the operators' concerns
 # that run on the request path, off.
-OPS_OFF: dict[str, Any] = {"metrics": {"enabled": False}}
+OPS_OFF: dict[str, Any] = {"metrics": {"enabled": False}, "usage": {"enabled": False}}
 
 
 def proxy_config(mock_url: str, tmp: Path, ops: bool = True, name: str = "proxy") -> dict[str, Any]:

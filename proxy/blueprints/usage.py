@@ -20,7 +20,7 @@ from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
-from proxy.errors import invalid
+from proxy.errors import ProxyError, invalid
 from proxy.ops.recent import entry_json
 from proxy.ops.usage_query import answer_csv, answer_json, parse_query
 from proxy.ops.usage_store import RECENT_CAP
@@ -31,7 +31,10 @@ bp = Blueprint("usage", __name__)
 
 
 def _writer() -> UsageWriter:
-    writer: UsageWriter = current_app.extensions["llm_proxy"].usage
+    writer: UsageWriter | None = current_app.extensions["llm_proxy"].usage
+    if writer is None:
+        raise ProxyError(404, f"{request.path} is off: usage accounting is disabled in the proxy's config "
+                              "(usage.enabled: false).", "not_found")
     writer.flush()
     return writer
 

@@ -62,7 +62,7 @@ class AppState:
     client_keys: KeyChecker
     admin_keys: KeyChecker
     client: UpstreamClient
-    usage: UsageWriter  # the usage rows and recent requests, to the state store
+    usage: UsageWriter | None  # the usage rows and recent requests, to the state store; None: usage.enabled false
     live: LiveGauges  # streams open and workers alive, over the instance's workers
     # Which config this is: its file, when this worker loaded it, and how many reloads the host
     # (gunicorn's master) has accepted before it — the same number in every worker once all reloaded.
@@ -91,9 +91,11 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
     store: StateStore = SQLiteStore(config.state_path) if config.state_path else MemoryStore()
     keeper = PoolKeeper({}, store, client)
     hooks = HookSet([LogLines()])  # the operators' concerns plug in here (proxy.ops)
-    usage_writer = UsageWriter(open_usage_store(config.state_path), config.usage.retention_days)
-    hooks.add(RecentRequests(usage_writer))  # before usage: its entry rides along with the usage commit
-    hooks.add(UsageAccounting(usage_writer))
+    usage_writer = None
+    if config.usage.enabled:
+        usage_writer = UsageWriter(open_usage_store(config.state_path), config.usage.retention_days)
+        hooks.add(RecentRequests(usage_writer))  # before usage: its entry rides along with the usage commit
+        hooks.add(UsageAccounting(usage_writer))
     live = LiveGauges()
     hooks.add(live)
 

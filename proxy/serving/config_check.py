@@ -4,8 +4,8 @@ Owns two checks: `checked(path)` — the file loaded and validated, every upstre
 resolved against the registry (plugins imported) — and `for_reload(current, path)`, which also
 refuses what a running proxy cannot take from a new file: another `state_path` (its workers share
 that file, and switching it under them would split the pool's state), other `protocol_plugins`
-(a protocol's endpoint is set up when the app is built), and another `metrics.enabled` or
-`logging.format` (the metrics directory and gunicorn's logger class are set up when gunicorn
+(a protocol's endpoint is set up when the app is built), and another `metrics.enabled`,
+`usage.enabled` or `logging.format` (the metrics directory and gunicorn's logger class are set up when gunicorn
 starts). Every refusal is a `ConfigError` naming the
 key, like any other config error, so the caller prints or logs one line.
 
@@ -43,6 +43,10 @@ def for_reload(current: Config, path: str) -> Config:
         raise ConfigError("metrics.enabled", f"cannot change on a reload (the proxy runs with "
                                              f"{current.metrics.enabled}): the workers' metrics are set up when the "
                                              "proxy starts; restart the proxy to change it")
+    if new.usage.enabled != current.usage.enabled:
+        raise ConfigError("usage.enabled", f"cannot change on a reload (the proxy runs with "
+                                           f"{current.usage.enabled}): accounting is set up when a worker "
+                                           "starts; restart the proxy to change it")
     if new.logging.format != current.logging.format:
         raise ConfigError("logging.format", f"cannot change on a reload (the proxy runs with "
                                             f"{current.logging.format!r}): gunicorn's logger is chosen when the "

@@ -93,7 +93,8 @@ class Reloader:
         logs.configure(config.log_level, config.logging.format)
         state.response_store.max_entries = config.response_store.max_entries
         state.response_store.ttl = config.response_store.ttl
-        state.usage.retention_s = config.usage.retention_days * 86400
+        if state.usage is not None:
+            state.usage.retention_s = config.usage.retention_days * 86400
         self.app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
         return dataclasses.replace(state, **parts, client=client, config_loaded_at=time.time(),
                                    config_generation=state.config_generation + 1)

@@ -1,8 +1,9 @@
 """What the `metrics:` settings change at the edge, with the app in-process: who may read
-GET /metrics, and that `metrics.enabled: false` turns it off while /admin/status still answers."""
+GET /metrics, and that `metrics.enabled: false` turns it off while /admin/status still answers; and `usage.enabled: false`."""
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -46,3 +47,16 @@ def test_metrics_turned_off_answer_404_and_the_status_still_counts_streams(tmp_p
         "Metrics are turned off in this proxy's config (metrics.enabled: false).")
     status = client.get("/admin/status", headers=bearer(ADMIN)).get_json()
     assert (status["open_streams"], status["workers"], status["config"]) == (0, 1, None)
+
+
+def test_usage_turned_off_answers_404_and_writes_nothing(tmp_path: Path) -> None:
+    client = app(tmp_path, admin_keys=[ADMIN], usage={"enabled": False})
+    for path in ("/admin/usage", "/admin/requests"):
+        resp = client.get(path, headers=bearer(ADMIN))
+        assert resp.status_code == 404
+        assert resp.get_json()["error"]["message"] == (
+            f"{path} is off: usage accounting is disabled in the proxy's config (usage.enabled: false).")
+    assert client.post("/v1/chat/completions", headers=bearer(CLIENT_KEY), json={}).status_code == 400
+    with sqlite3.connect(tmp_path / "state.db") as db:  # the pool's tables only: no usage table was made
+        tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert "usage_minutes" not in tables and "recent_requests" not in tables
