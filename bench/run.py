@@ -24,7 +24,8 @@ Each trial restarts the proxy; figures are medians over trials with the min-max 
 --quick runs one trial (unless --trials is given) of a shorter set and takes about 3 minutes.
 
 --ops says whether the operators' concerns that cost CPU on the request path — Prometheus metrics
-and usage accounting (OPS_OFF) — are on (the default config) or off in the proxy measured; `both` starts a second proxy with them off ("ops-off") beside the first
+and usage accounting (OPS_OFF) — are on (the default config) or off in the proxy measured; `both`
+starts a second proxy with them off ("ops-off") beside the first
 and runs every scenario against each, so the tables put the two side by side.
 
 --compare-url runs the same scenarios against another proxy you started yourself, in front of
