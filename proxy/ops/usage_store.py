@@ -118,6 +118,11 @@ class UsageStore(Protocol):
         """Add to the minute rows, append to the recent list (capped), and drop minutes older than
         `purge_before` — all or nothing."""
 
+    def try_add(self, usage: Sequence[UsageRow], recent: Sequence[RecentEntry]) -> bool:
+        """`add` without a purge, only if it can be done at once without waiting on anyone (another
+        process's write, the network): False, with nothing written, otherwise. A blocking store
+        offers it so the common case needs no thread; a store that cannot tell returns False."""
+
     def query(self, query: UsageQuery) -> UsageAnswer: ...
 
     def recent(self, limit: int) -> list[RecentEntry]:
@@ -161,6 +166,10 @@ class MemoryUsageStore:
         self._recent.extend(recent)
         if purge_before is not None:
             self._rows = {k: r for k, r in self._rows.items() if r.minute >= purge_before}
+
+    def try_add(self, usage: Sequence[UsageRow], recent: Sequence[RecentEntry]) -> bool:
+        self.add(usage, recent)
+        return True
 
     def query(self, query: UsageQuery) -> UsageAnswer:
         width = BUCKETS[query.bucket] if query.bucket else None
@@ -219,6 +228,12 @@ class SQLiteUsageStore:
         self._writer = self._connect()
         self._writer.execute("PRAGMA journal_mode=WAL")
         self._writer.executescript(_SCHEMA)
+        # For try_add, on the caller's greenlet: it never waits for another process's write lock
+        # (timeout 0: busy at once), and leaves checkpoints — which sync the file — to the writer
+        # connection above, whose calls run on a thread.
+        self._at_once = sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False)
+        self._at_once.execute("PRAGMA synchronous=NORMAL")
+        self._at_once.execute("PRAGMA wal_autocheckpoint=0")
 
     def _connect(self) -> sqlite3.Connection:
         # Used from whichever pool thread runs the call, one call at a time: not tied to a thread.
@@ -239,8 +254,21 @@ class SQLiteUsageStore:
     def add(self, usage: Sequence[UsageRow], recent: Sequence[RecentEntry], purge_before: int | None = None) -> None:
         if not usage and not recent and purge_before is None:
             return
-        db = self._writer
-        db.execute("BEGIN IMMEDIATE")
+        self._write(self._writer, usage, recent, purge_before)
+
+    def try_add(self, usage: Sequence[UsageRow], recent: Sequence[RecentEntry]) -> bool:
+        try:
+            self._at_once.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError:  # another process is writing: the caller takes the thread
+            return False
+        self._write(self._at_once, usage, recent, None, begun=True)
+        return True
+
+    @staticmethod
+    def _write(db: sqlite3.Connection, usage: Sequence[UsageRow], recent: Sequence[RecentEntry],
+               purge_before: int | None, begun: bool = False) -> None:
+        if not begun:
+            db.execute("BEGIN IMMEDIATE")
         try:
             db.executemany(_ADD, [row.values() for row in merged(usage)])  # a bool is stored as 0 / 1
             if recent:
@@ -286,6 +314,7 @@ class SQLiteUsageStore:
 
     def close(self) -> None:
         self._writer.close()
+        self._at_once.close()
 
 
 def _typed(names: Sequence[str], values: Sequence[Any]) -> list[Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from proxy.ops.usage_store import (
     UsageRow,
     UsageStore,
 )
-from proxy.ops.usage_writer import UsageWriter
+from proxy.ops.usage_writer import THREAD_EVERY, UsageWriter
 
 T0 = 1_767_225_600  # 2026-01-01T00:00:00Z
 
@@ -223,6 +224,56 @@ class CountingStore(MemoryUsageStore):
         gevent.sleep(0)  # a commit takes a while: others queue meanwhile
         self.commits.append((len(usage), len(recent)))
         super().add(usage, recent, purge_before)
+
+    def try_add(self, usage: Any, recent: Any) -> bool:
+        return False  # never at once: every commit goes through the writer's greenlet
+
+
+class AtOnceStore(CountingStore):
+    """Writes at once when it can (as SQLite does when no other process holds the write lock)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.at_once: list[tuple[int, int]] = []
+        self.free = True
+
+    def try_add(self, usage: Any, recent: Any) -> bool:
+        if not self.free:
+            return False
+        self.at_once.append((len(usage), len(recent)))
+        MemoryUsageStore.add(self, usage, recent)
+        return True
+
+
+def test_a_commit_is_made_at_once_when_the_store_can_and_on_the_thread_otherwise() -> None:
+    store = AtOnceStore()
+    writer = UsageWriter(store, retention_days=90, clock=lambda: float(T0))
+    writer.add(usage=row(T0))  # the first write purges by retention: the thread's
+    assert (store.commits, store.at_once) == ([(1, 0)], [])
+    writer.add(recent=entry(0), wait=False)
+    writer.add(usage=row(T0))
+    assert (store.commits, store.at_once) == ([(1, 0)], [(1, 1)])  # at once, the recent entry with it
+    store.free = False  # another process is writing
+    writer.add(usage=row(T0))
+    assert (store.commits, store.at_once) == ([(1, 0), (1, 0)], [(1, 1)])
+    store.free = True
+    for _ in range(THREAD_EVERY + 1):
+        writer.add(usage=row(T0))
+    assert len(store.at_once) == 1 + THREAD_EVERY and len(store.commits) == 3  # one in THREAD_EVERY on the thread
+    assert store.query(everything()).totals["requests"] == 4 + THREAD_EVERY
+
+
+def test_sqlite_writes_at_once_only_while_no_other_process_writes(tmp_path: Path) -> None:
+    path = str(tmp_path / "state.db")
+    store = SQLiteUsageStore(path)
+    other = sqlite3.connect(path, isolation_level=None)  # as another worker would
+    other.execute("BEGIN IMMEDIATE")
+    assert store.try_add([row(T0)], [entry(0)]) is False
+    other.execute("COMMIT")
+    assert store.try_add([row(T0)], [entry(0)]) is True
+    assert store.query(everything()).totals["requests"] == 1 and len(store.recent(10)) == 1
+    other.close()
+    store.close()
 
 
 def test_the_writer_commits_before_the_request_goes_on_and_shares_commits() -> None:
