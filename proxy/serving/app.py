@@ -16,7 +16,7 @@ from flask import Flask
 
 from proxy import config as config_module
 from proxy import logs
-from proxy.blueprints import admin, http, messages, models, responses
+from proxy.blueprints import admin, http, messages, models, responses, responses_socket
 from proxy.blueprints.auth import KeyChecker
 from proxy.blueprints.completions import completions_blueprint
 from proxy.config import Config
@@ -73,6 +73,7 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
         app.register_blueprint(completions_blueprint(protocol))
     app.register_blueprint(messages.bp)
     app.register_blueprint(responses.bp)
+    app.register_blueprint(responses_socket.bp)
     app.register_blueprint(models.bp)
     app.register_blueprint(admin.bp)
     return app

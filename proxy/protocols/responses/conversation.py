@@ -37,9 +37,13 @@ def input_items(body: dict[str, Any]) -> list[dict[str, Any]]:
 class ResponsesConversation:
     """One `/v1/responses` request's conversation, as each attempt of the relay needs it."""
 
-    def __init__(self, body: dict[str, Any], store: ResponseStore) -> None:
+    def __init__(self, body: dict[str, Any], store: ResponseStore, keep_unstored: bool = False) -> None:
         self.body = body
         self.store = store
+        # Over a WebSocket, a turn chains on the previous one by `previous_response_id` even under
+        # `store: false` (Codex sends store: false): the answer is kept for that, but not served by
+        # GET /v1/responses/{id}, as the real API keeps it only for the connection's next turn.
+        self.keep_unstored = keep_unstored
         self._own: list[dict[str, Any]] | None = None  # this request's input, by value, with ids
 
     # ------------------------------------------------------------ the relay's step
@@ -60,15 +64,23 @@ class ResponsesConversation:
         `store: false` (then nothing is kept, as the real API keeps nothing). `passthrough`: the
         client gets the upstream's own response (its id), which a Responses upstream keeps unless
         the response says `store: false`."""
-        if self.body.get("store", True) is False:
+        unstored = self.body.get("store", True) is False
+        if unstored and not self.keep_unstored:
             return None
 
         def keep(final: dict[str, Any]) -> None:
             kept = passthrough and upstream.protocol == "responses" and final.get("store") is not False
             self.store.put(final, self._items_of_this_request(strict=False), self.body.get("previous_response_id"),
-                           Origin(upstream.name, account, kept))
+                           Origin(upstream.name, account, kept), retrievable=not unstored)
 
         return keep
+
+    def keep_unanswered(self, final: dict[str, Any]) -> None:
+        """Keep a response no upstream saw (a WebSocket warm-up), so later turns can chain on it."""
+        if self.body.get("store", True) is False and not self.keep_unstored:
+            return
+        self.store.put(final, self._items_of_this_request(strict=False), self.body.get("previous_response_id"),
+                       None, retrievable=self.body.get("store", True) is not False)
 
     # ------------------------------------------------------------ expansion
 
