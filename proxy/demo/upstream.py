@@ -49,7 +49,7 @@ from typing import Any
 import gevent
 from gevent.event import Event
 
-from proxy.demo import faces, scenarios, strict
+from proxy.demo import compaction, faces, scenarios, strict
 from proxy.demo.http import HTTPRequest, PeerGone, Writer
 from proxy.errors import ProxyError, kind_for_status
 from proxy.ir.response import ErrorInfo
@@ -115,6 +115,13 @@ class DemoUpstream:
             return w.response(200, _json({"object": "list", "data": data}))
         if req.method == "POST" and req.path.endswith("/chat/completions"):
             return self._chat(req, w, record, rid)
+        if req.method == "POST" and req.path.endswith("/responses/compact"):
+            return w.response(200, _json(compaction.compact_answer(record["body"])))
+        if req.method == "POST" and req.path.endswith("/responses") and compaction.triggered(record["body"]):
+            w.start_stream()
+            for frame in compaction.trigger_stream(record["body"]):
+                w.send(frame)
+            return w.end()
         if req.method == "POST" and req.path.endswith(("/messages", "/responses")):
             return self._face(req.path, w, record, rid)
         if req.method == "DELETE" and "/responses/" in req.path:

@@ -16,7 +16,7 @@ from flask import Flask
 
 from proxy import config as config_module
 from proxy import logs
-from proxy.blueprints import admin, http, messages, models, responses, responses_socket
+from proxy.blueprints import admin, http, messages, models, responses, responses_compact, responses_socket
 from proxy.blueprints.auth import KeyChecker
 from proxy.blueprints.completions import completions_blueprint
 from proxy.config import Config
@@ -24,10 +24,12 @@ from proxy.ops.hooks import HookSet
 from proxy.pool.pool import AccountPool
 from proxy.pool.store import MemoryStore, SQLiteStore, StateStore
 from proxy.protocols import registry
+from proxy.protocols.responses.compaction import Sealer
 from proxy.protocols.responses.store import ResponseStore
 from proxy.relay.loop import Relay
 from proxy.relay.transport import HTTPTransport
 from proxy.routing import Router
+from proxy.serving.compaction_key import compaction_secret
 from proxy.upstream.catalog import Catalog
 from proxy.upstream.client import UpstreamClient
 from proxy.upstream.keeper import PoolKeeper
@@ -62,7 +64,8 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
     secrets = tuple(a.api_key for u in config.upstreams for a in u.accounts)
     hooks = HookSet()  # the operators' concerns plug in here (proxy.ops)
     relay = Relay(config, Router(config.upstreams), pools, HTTPTransport(client, pools), secrets, hooks=hooks)
-    responses_store = ResponseStore(config.response_store.max_entries, config.response_store.ttl)
+    responses_store = ResponseStore(config.response_store.max_entries, config.response_store.ttl,
+                                    sealer=Sealer(compaction_secret(config)))
     state = AppState(config=config, relay=relay, catalog=Catalog(config, pools, client), pools=pools,
                      response_store=responses_store, keeper=keeper, hooks=hooks)
 
@@ -74,6 +77,7 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
     app.register_blueprint(messages.bp)
     app.register_blueprint(responses.bp)
     app.register_blueprint(responses_socket.bp)
+    app.register_blueprint(responses_compact.bp)
     app.register_blueprint(models.bp)
     app.register_blueprint(admin.bp)
     return app

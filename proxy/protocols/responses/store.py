@@ -22,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.protocols.responses.compaction import Sealer
+
 
 @dataclass(frozen=True)
 class Origin:
@@ -53,7 +55,10 @@ class StoredResponse:
 
 class ResponseStore:
     def __init__(self, max_entries: int = 1000, ttl: float = 3600.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, sealer: Sealer | None = None) -> None:
+        # The key to the conversation state the proxy hands to clients instead of keeping it:
+        # compaction summaries (proxy.protocols.responses.compaction).
+        self.sealer = sealer
         self.max_entries = max_entries
         self.ttl = ttl
         self._clock = clock
