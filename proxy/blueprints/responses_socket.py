@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
+from collections import Counter
 from typing import Any
 
 import gevent
@@ -70,6 +71,8 @@ class ResponsesSocket:
         client = self.protocol.client
         self.forwarded = {name: value for name in client.forwarded_headers if (value := request.headers.get(name))}
         self.turns = 0
+        self.received: Counter[str] = Counter()  # client frames, by type, for the closing log line
+        self.sent = 0  # frames sent
         self.ws: SocketServer | None = None
         self._relaying: Any = None  # the greenlet waiting in the relay for an upstream, if it is
         self._stream: StreamingBody | None = None  # the stream being sent, if one is
@@ -89,7 +92,9 @@ class ResponsesSocket:
         except ConnectionClosed:
             pass
         finally:
-            log.info("websocket closed rid=%s responses=%d", self.socket_id, self.turns)
+            received = ",".join(f"{kind}:{n}" for kind, n in sorted(self.received.items())) or "-"
+            log.info("websocket closed rid=%s responses=%d received=%s sent=%d", self.socket_id, self.turns,
+                     received, self.sent)
             with contextlib.suppress(ConnectionClosed):
                 self.ws.close()
             logs.request_id.set(self.socket_id)
@@ -102,7 +107,7 @@ class ResponsesSocket:
         logs.request_id.set(rid)
         record = RequestRecord(rid, self.key_name, self.protocol.name, model="", stream=True)
         try:
-            frame = frames.read_frame(data)
+            frame = self._read(data)
             if frame["type"] == frames.PROCESSED:
                 self.turns -= 1  # an acknowledgement, not a request
                 return
@@ -126,6 +131,15 @@ class ResponsesSocket:
         if result is not None:
             self._relay_to_socket(result, record)
 
+    def _read(self, data: str | bytes) -> dict[str, Any]:
+        try:
+            frame = frames.read_frame(data)
+        except ProxyError:
+            self.received["invalid"] += 1
+            raise
+        self.received[frame["type"]] += 1
+        return frame
+
     def _create(self, frame: dict[str, Any], record: RequestRecord, rid: str) -> RelayResult | None:
         client = self.protocol.client
         body, generate = frames.create_body(frame)
@@ -134,6 +148,7 @@ class ResponsesSocket:
         conversation = ResponsesConversation(body, self.state.response_store, keep_unstored=True)
         if not generate:
             conversation.items()  # a previous_response_id it names must exist, as for a real turn
+            log.info("warm-up rid=%s (generate: false): answered without an upstream", rid)
             events, final = frames.warm_up(body, record.model)
             conversation.keep_unanswered(final)
             for event in events:
@@ -181,6 +196,7 @@ class ResponsesSocket:
     def _send_text(self, text: str) -> None:
         assert self.ws is not None
         self.ws.send(text)
+        self.sent += 1
 
     def _closed(self) -> None:
         """Run by the connection's reader greenlet when the connection ends: whatever this socket

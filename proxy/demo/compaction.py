@@ -50,3 +50,20 @@ def trigger_stream(body: dict[str, Any]) -> list[bytes]:
         ("response.completed", {"response": done})]
     return [f"event: {kind}\ndata: {json.dumps({'type': kind, 'sequence_number': n, **fields})}\n\n".encode()
             for n, (kind, fields) in enumerate(events)]
+
+
+def expand(body: Any) -> Any:
+    """The demo's compaction items in a request's input, read back as the model would: a message
+    saying what was summarised (so the demo model continues from the summary, not from the user's
+    earlier request that the summary answered)."""
+    items = body.get("input") if isinstance(body, dict) else None
+    if not isinstance(items, list):
+        return body
+    expanded = []
+    for item in items:
+        content = item.get("encrypted_content") if isinstance(item, dict) else None
+        if isinstance(content, str) and item.get("type") == "compaction" and content.startswith(PREFIX):
+            summary = f"Summary of the conversation so far: {content[len(PREFIX):]} earlier items were compacted."
+            item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": summary}]}
+        expanded.append(item)
+    return {**body, "input": expanded}

@@ -156,7 +156,7 @@ class DemoUpstream:
     def _face(self, path: str, w: Writer, record: dict[str, Any], rid: str) -> None:
         """The same model behind another protocol's endpoint (see proxy/demo/faces.py)."""
         face_class = faces.FACES["/messages" if path.endswith("/messages") else "/responses"]
-        body = record["body"]
+        body = record["body"] if path.endswith("/messages") else compaction.expand(record["body"])
         try:
             if not isinstance(body, dict):
                 raise ProxyError(400, "body must be a JSON object", "invalid_request")
