@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
+import weakref
 from collections import Counter
 from typing import Any
 
@@ -46,6 +47,19 @@ log = logging.getLogger("proxy.websocket")
 bp = Blueprint("responses_socket", __name__)
 
 TURN_STATE = "x-codex-turn-state"
+GOING_AWAY = 1001  # the WebSocket close code for a server going down: clients reconnect
+_OPEN: weakref.WeakSet[ResponsesSocket] = weakref.WeakSet()  # this worker's open sockets
+
+
+def close_all_sockets() -> int:
+    """A graceful stop has begun: close every socket with 1001 (going away) — an idle one now, one
+    with a response in progress when that response has ended (the worker's stream deadline still
+    applies) — so clients reconnect to a worker that stays, instead of holding this one until
+    `graceful_timeout`. Returns how many sockets were told."""
+    sockets = list(_OPEN)
+    for sock in sockets:
+        sock.going_away()
+    return len(sockets)
 
 
 @bp.route("/v1/responses", methods=["GET"], websocket=True)
@@ -76,6 +90,8 @@ class ResponsesSocket:
         self.ws: SocketServer | None = None
         self._relaying: Any = None  # the greenlet waiting in the relay for an upstream, if it is
         self._stream: StreamingBody | None = None  # the stream being sent, if one is
+        self._busy = False  # a frame is being answered
+        self._leaving = False  # close after the response in progress (going_away)
 
     def serve(self, environ: dict[str, Any]) -> None:
         turn_state = request.headers.get(TURN_STATE) or secrets.token_hex(16)
@@ -84,14 +100,22 @@ class ResponsesSocket:
                                on_close=self._closed, ping_interval=settings.keepalive_interval,
                                max_message_size=self.state.config.max_body_bytes)
         log.info("websocket open rid=%s key=%s", self.socket_id, self.key_name)
+        _OPEN.add(self)
         try:
-            while True:
+            while not self._leaving:
                 data = self.ws.receive()
-                if data is not None:
+                if data is None:
+                    continue
+                self._busy = True
+                try:
                     self._frame(data)
+                finally:
+                    self._busy = False
+            self._close_going_away()
         except ConnectionClosed:
             pass
         finally:
+            _OPEN.discard(self)
             received = ",".join(f"{kind}:{n}" for kind, n in sorted(self.received.items())) or "-"
             log.info("websocket closed rid=%s responses=%d received=%s sent=%d", self.socket_id, self.turns,
                      received, self.sent)
@@ -118,8 +142,8 @@ class ResponsesSocket:
             if err.info.status != 499:
                 self._send(frames.error_frame(err, {"x-request-id": rid}))
             return
-        except ClientGone:
-            return
+        except (ClientGone, ConnectionClosed):
+            return  # the client left: nothing to answer
         except Exception:
             log.exception("unhandled error in a websocket response")
             if record.finish(500, "api_error"):
@@ -144,6 +168,9 @@ class ResponsesSocket:
         client = self.protocol.client
         body, generate = frames.create_body(frame)
         client.validate(body)
+        log.debug("response.create rid=%s generate=%s previous_response_id=%s store=%s input=%s", rid, generate,
+                  "yes" if body.get("previous_response_id") else "no", body.get("store", True),
+                  ",".join(str(i.get("type") or "message") for i in body.get("input") or [] if isinstance(i, dict)))
         record.model = body["model"]
         conversation = ResponsesConversation(body, self.state.response_store, keep_unstored=True)
         if not generate:
@@ -171,10 +198,10 @@ class ResponsesSocket:
     def _relay_to_socket(self, result: RelayResult, record: RequestRecord) -> None:
         unwrap = frames.EventFrames()
         if isinstance(result.body, bytes):  # an upstream that answered whole, unfolded into events
+            if record.finish(result.status, OK):  # answered, as for HTTP, whether or not the client stays
+                self.state.hooks.request_done(record)
             for event in unwrap.feed(result.body):
                 self._send_text(event)
-            if record.finish(result.status, OK):
-                self.state.hooks.request_done(record)
             return
         body = result.body
         self._stream = body if isinstance(body, StreamingBody) else None
@@ -189,6 +216,18 @@ class ResponsesSocket:
             body.close()  # the record and the lease are settled here, as for an HTTP stream
 
     # ------------------------------------------------------------ the connection
+
+    def going_away(self) -> None:
+        self._leaving = True
+        if not self._busy:
+            self._close_going_away()
+
+    def _close_going_away(self) -> None:
+        if self.ws is None:
+            return
+        with contextlib.suppress(ConnectionClosed, OSError):
+            self.ws.close(GOING_AWAY, "The proxy is restarting; connect again.")
+        self.ws.event.set()  # wake the receive() this socket's greenlet may be parked in
 
     def _send(self, event: dict[str, Any]) -> None:
         self._send_text(frames.text(event))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import time
 import uuid
 from collections.abc import Iterator
@@ -227,3 +228,31 @@ def test_two_hundred_sockets_at_once_through_one_worker(ws_proxy: ProxyServer) -
         return await asyncio.gather(*(one(i) for i in range(200)))
 
     assert asyncio.run(all_of_them()) == ["response.completed"] * 200
+
+
+def test_a_graceful_stop_sends_socket_clients_away_after_their_response(demo_upstream: DemoUpstream,
+                                                                        tmp_path: Path) -> None:
+    server = start_proxy(base_config(demo_upstream.url), tmp_path)
+    try:
+        with open_socket(server, uuid.uuid4().hex) as idle, open_socket(server, uuid.uuid4().hex) as busy:
+            assert create(idle, model="demo-model", input="hi [demo:words=2] [demo:pace=0]")[-1]["type"] == \
+                "response.completed"
+            busy.send(json.dumps({"type": "response.create", "model": "demo-model",
+                                  "input": "a longer answer [demo:words=30] [demo:pace=40]"}))
+            assert json.loads(busy.recv(timeout=10))["type"] == "response.created"
+            stopping = time.monotonic()
+            server.process.send_signal(signal.SIGTERM)
+            with pytest.raises(websockets.exceptions.ConnectionClosed) as idle_closed:
+                idle.recv(timeout=10)
+            events = []
+            with pytest.raises(websockets.exceptions.ConnectionClosed) as busy_closed:
+                while True:
+                    events.append(json.loads(busy.recv(timeout=10)))
+        assert idle_closed.value.rcvd is not None and idle_closed.value.rcvd.code == 1001
+        # The response in progress finished first, then its socket went away too.
+        assert events[-1]["type"] == "response.completed"
+        assert busy_closed.value.rcvd is not None and busy_closed.value.rcvd.code == 1001
+        server.process.wait(timeout=30)
+        assert time.monotonic() - stopping < 15  # not held until graceful_timeout (60 s)
+    finally:
+        stop_proxy(server)
