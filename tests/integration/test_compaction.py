@@ -136,8 +136,8 @@ def test_an_altered_compaction_item_is_refused_before_any_upstream(upstream: tup
                      uuid.uuid4().hex).json()["output"]
     sealed = {"type": "compaction", "encrypted_content": SEALED_PREFIX + "A" * 80}  # not one of ours
     if compacted[1]["encrypted_content"].startswith(SEALED_PREFIX):
-        blob = compacted[1]["encrypted_content"]
-        sealed["encrypted_content"] = blob[:-6] + ("AAAAAA" if not blob.endswith("AAAAAA") else "BBBBBB")
+        blob, middle = compacted[1]["encrypted_content"], len(compacted[1]["encrypted_content"]) // 2
+        sealed["encrypted_content"] = blob[:middle] + ("A" if blob[middle] != "A" else "B") + blob[middle + 1:]
     for path in ("/v1/responses", "/v1/responses/compact"):
         rid = uuid.uuid4().hex
         resp = post(proxy, path, {"model": "demo-model", "input": [HISTORY[0], sealed]}, rid)
