@@ -19,25 +19,22 @@ from typing import Any
 
 from proxy.ir.events import BlockStart, Delta, Event, Failure, Finish, Start, UsageUpdate
 from proxy.ir.request import TextPart
-from proxy.ir.response import ErrorInfo, Usage
+from proxy.ir.response import ErrorInfo
 from proxy.protocols.responses.compaction import Sealer, compaction_item
-from proxy.protocols.responses.response import ResponseObject, error_event_error
-from proxy.protocols.sse import named_frame
+from proxy.protocols.responses.stream_encode import ResponsesStreamEncoder
 
 
-class CompactionStreamEncoder:
+class CompactionStreamEncoder(ResponsesStreamEncoder):
+    """The Responses stream encoder's lifecycle (created, in_progress, keepalives, sequence numbers,
+    failures) around one item of its own: no block of the upstream's answer becomes an item."""
+
     def __init__(self, body: dict[str, Any], model: str, sealer: Sealer,
                  on_complete: Callable[[dict[str, Any]], None] | None = None) -> None:
-        self.response = ResponseObject(body, model)
+        super().__init__(body, model, set(), False, on_complete)
         self.model = model
-        self.done = False
         self._sealer = sealer
-        self._on_complete = on_complete
-        self._seq = 0
-        self._created = False
         self._text_blocks: set[int] = set()
         self._summary: list[str] = []
-        self._usage = Usage()
 
     def encode(self, ev: Event) -> list[bytes]:
         if self.done:
@@ -57,34 +54,12 @@ class CompactionStreamEncoder:
         if isinstance(ev, Start):
             return self._begin()
         if isinstance(ev, Finish):
-            return self._finish()
+            return self._compacted()
         if isinstance(ev, Failure):
             return self.fail(ev.error)
         return []
 
-    def keepalive(self) -> list[bytes]:
-        if not self._created:
-            return self._begin()
-        return [self._event("response.in_progress", response=self.response.snapshot("in_progress", []))]
-
-    def fail(self, info: ErrorInfo) -> list[bytes]:
-        if self.done:
-            return []
-        frames = self._begin()
-        self.done = True
-        usage = self._usage if self._usage.total_tokens else None
-        return [*frames, self._event("error", error=error_event_error(info)),
-                self._event("response.failed", response=self.response.snapshot("failed", [], usage, error=info))]
-
-    def _begin(self) -> list[bytes]:
-        if self._created:
-            return []
-        self._created = True
-        snapshot = self.response.snapshot("in_progress", [])
-        return [self._event("response.created", response=snapshot),
-                self._event("response.in_progress", response=snapshot)]
-
-    def _finish(self) -> list[bytes]:
+    def _compacted(self) -> list[bytes]:
         summary = "".join(self._summary).strip()
         if not summary:
             return self.fail(ErrorInfo("upstream_error", "the upstream answered the compaction request with no "
@@ -99,8 +74,3 @@ class CompactionStreamEncoder:
         if self._on_complete is not None:
             self._on_complete(final)
         return frames
-
-    def _event(self, kind: str, **fields: Any) -> bytes:
-        frame = named_frame(kind, {"type": kind, "sequence_number": self._seq, **fields})
-        self._seq += 1
-        return frame
