@@ -71,6 +71,7 @@ def sse_events(proxy: ProxyServer, body: dict[str, Any]) -> list[dict[str, Any]]
 
 def test_a_response_arrives_as_the_sse_streams_events_one_per_frame(ws_proxy: ProxyServer,
                                                                     demo_upstream: DemoUpstream) -> None:
+    before = account(ws_proxy, "main", "only")
     rid = uuid.uuid4().hex
     body = {"model": "demo-model", "input": "Say hello [demo:words=6] [demo:pace=0]"}
     with open_socket(ws_proxy, rid, **{"x-codex-turn-state": "ts-1"}) as ws:
@@ -85,6 +86,12 @@ def test_a_response_arrives_as_the_sse_streams_events_one_per_frame(ws_proxy: Pr
     assert events[-1]["type"] == "response.completed" and final["output"][0]["content"][0]["text"].startswith("Hello")
     (sent,) = demo_upstream.requests(f"{rid}-1")  # each response of a socket is one request to the upstream
     assert sent["body"]["messages"][-1]["content"].startswith("Say hello")
+    # The pool's books, as for an HTTP stream: the request, and the usage the client was told.
+    usage = final["usage"]
+    assert eventually(lambda: account(ws_proxy, "main", "only")["requests"] == before["requests"] + 2)  # + the SSE one
+    after = account(ws_proxy, "main", "only")
+    assert after["tokens_in"] - before["tokens_in"] == 2 * usage["input_tokens"]
+    assert after["tokens_out"] - before["tokens_out"] == 2 * usage["output_tokens"]
 
 
 def test_a_tool_round_trip_over_two_frames_chained_by_previous_response_id(ws_proxy: ProxyServer,
