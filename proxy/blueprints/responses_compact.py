@@ -12,10 +12,12 @@ hooks as for every completion request. Nothing is stored: a compaction is not a 
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, current_app, g
+from flask import Blueprint, Response, current_app, g, request
 
-from proxy.blueprints.http import client_key_name, client_socket, json_body, relay_response
+from proxy.blueprints.auth import check_model
+from proxy.blueprints.http import client_key, client_key_name, client_socket, json_body, relay_response
 from proxy.errors import ProxyError
+from proxy.ops.log_lines import ENVIRON_KEY
 from proxy.ops.records import OK, RequestRecord
 from proxy.protocols import registry
 from proxy.protocols.exchange import Exchange
@@ -31,11 +33,13 @@ def compact() -> Response:
     state = current_app.extensions["llm_proxy"]
     protocol = registry.get("responses")
     record = RequestRecord(g.request_id, client_key_name(), protocol.name, model="", stream=False)
+    request.environ[ENVIRON_KEY] = record  # for the access line (proxy/serving/access_log.py)
     try:
         body = json_body()
         body.pop("stream", None)  # the answer is one JSON body
         protocol.client.validate(body)
         record.model = body["model"]
+        check_model(client_key(), record.model)  # a key restricted to some models: 403 before any upstream
         conversation = ResponsesConversation(body, state.response_store, compact=True)
         ex = Exchange(protocol=protocol.name, body=body, model=record.model, stream=False, request_id=g.request_id,
                       client_socket=client_socket(), conversation=conversation, passthrough_path=UPSTREAM_PATH)

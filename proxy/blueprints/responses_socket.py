@@ -28,9 +28,10 @@ from collections import Counter
 from typing import Any
 
 import gevent
-from flask import Blueprint, Response, current_app, g, request
+from flask import Blueprint, Flask, Response, current_app, g, request
 
 from proxy import logs
+from proxy.blueprints.auth import check_model, presented_key
 from proxy.blueprints.http import client_key_name
 from proxy.blueprints.socket_server import ConnectionClosed, SocketServer
 from proxy.errors import ProxyError
@@ -64,7 +65,7 @@ def close_all_sockets() -> int:
 
 @bp.route("/v1/responses", methods=["GET"], websocket=True)
 def responses_socket() -> Response:
-    ResponsesSocket(current_app.extensions["llm_proxy"]).serve(request.environ)
+    ResponsesSocket(current_app).serve(request.environ)
     return _Handled()
 
 
@@ -77,11 +78,13 @@ class _Handled(Response):
 
 
 class ResponsesSocket:
-    def __init__(self, state: Any) -> None:
-        self.state = state
+    def __init__(self, app: Flask) -> None:
+        self.app = app
         self.protocol = registry.get("responses")
         self.socket_id: str = g.request_id
         self.key_name = client_key_name()
+        # Checked again for every response: a reload may have disabled the key or narrowed its models.
+        self._key = presented_key(request.headers.get("x-api-key"), request.headers.get("authorization"))
         client = self.protocol.client
         self.forwarded = {name: value for name in client.forwarded_headers if (value := request.headers.get(name))}
         self.turns = 0
@@ -92,6 +95,12 @@ class ResponsesSocket:
         self._stream: StreamingBody | None = None  # the stream being sent, if one is
         self._busy = False  # a frame is being answered
         self._leaving = False  # close after the response in progress (going_away)
+
+    @property
+    def state(self) -> Any:
+        """The app's state as it is now: each response, like each HTTP request, starts on the config
+        in force when it arrives (a reload swaps the state, proxy.serving.reconfigure)."""
+        return self.app.extensions["llm_proxy"]
 
     def serve(self, environ: dict[str, Any]) -> None:
         turn_state = request.headers.get(TURN_STATE) or secrets.token_hex(16)
@@ -129,16 +138,17 @@ class ResponsesSocket:
         self.turns += 1
         rid = f"{self.socket_id}-{self.turns}"
         logs.request_id.set(rid)
+        state = self.state  # read once: the response runs on the config in force when it arrived
         record = RequestRecord(rid, self.key_name, self.protocol.name, model="", stream=True)
         try:
             frame = self._read(data)
             if frame["type"] == frames.PROCESSED:
                 self.turns -= 1  # an acknowledgement, not a request
                 return
-            result = self._create(frame, record, rid)
+            result = self._create(state, frame, record, rid)
         except ProxyError as err:
             if record.finish(err.info.status, err.info.kind):
-                self.state.hooks.request_done(record)
+                state.hooks.request_done(record)
             if err.info.status != 499:
                 self._send(frames.error_frame(err, {"x-request-id": rid}))
             return
@@ -147,13 +157,13 @@ class ResponsesSocket:
         except Exception:
             log.exception("unhandled error in a websocket response")
             if record.finish(500, "api_error"):
-                self.state.hooks.request_done(record)
+                state.hooks.request_done(record)
             self._send(frames.error_frame(frames.unexpected(
                 f"Internal error in the proxy (request id {rid}); the proxy's log has the details."),
                 {"x-request-id": rid}))
             return
         if result is not None:
-            self._relay_to_socket(result, record)
+            self._relay_to_socket(state, result, record)
 
     def _read(self, data: str | bytes) -> dict[str, Any]:
         try:
@@ -164,15 +174,21 @@ class ResponsesSocket:
         self.received[frame["type"]] += 1
         return frame
 
-    def _create(self, frame: dict[str, Any], record: RequestRecord, rid: str) -> RelayResult | None:
+    def _create(self, state: Any, frame: dict[str, Any], record: RequestRecord, rid: str) -> RelayResult | None:
         client = self.protocol.client
         body, generate = frames.create_body(frame)
+        entry = state.client_keys.match(self._key)
+        if entry is None or entry.disabled:
+            self._leaving = True  # the key no longer opens this proxy: answered, then the socket closes
+            raise ProxyError(401, "This connection's API key is no longer accepted by the proxy's config "
+                                  "(client_keys); connect again with a valid key.", "authentication")
         client.validate(body)
+        check_model(entry, body["model"])  # a key restricted to some models: 403 before any upstream
         log.debug("response.create rid=%s generate=%s previous_response_id=%s store=%s input=%s", rid, generate,
                   "yes" if body.get("previous_response_id") else "no", body.get("store", True),
                   ",".join(str(i.get("type") or "message") for i in body.get("input") or [] if isinstance(i, dict)))
         record.model = body["model"]
-        conversation = ResponsesConversation(body, self.state.response_store, keep_unstored=True)
+        conversation = ResponsesConversation(body, state.response_store, keep_unstored=True)
         if not generate:
             conversation.items()  # a previous_response_id it names must exist, as for a real turn
             log.info("warm-up rid=%s (generate: false): answered without an upstream", rid)
@@ -181,7 +197,7 @@ class ResponsesSocket:
             for event in events:
                 self._send(event)
             if record.finish(200, OK):
-                self.state.hooks.request_done(record)
+                state.hooks.request_done(record)
             return None
         ex = Exchange(protocol=self.protocol.name, body=body, model=record.model, stream=True, request_id=rid,
                       headers=self.forwarded, client_socket=None, conversation=conversation)
@@ -190,16 +206,16 @@ class ResponsesSocket:
         try:
             if not self.ws.connected:
                 raise ClientGone
-            result: RelayResult = self.state.relay.handle(ex, record)
+            result: RelayResult = state.relay.handle(ex, record)
             return result
         finally:
             self._relaying = None
 
-    def _relay_to_socket(self, result: RelayResult, record: RequestRecord) -> None:
+    def _relay_to_socket(self, state: Any, result: RelayResult, record: RequestRecord) -> None:
         unwrap = frames.EventFrames()
         if isinstance(result.body, bytes):  # an upstream that answered whole, unfolded into events
             if record.finish(result.status, OK):  # answered, as for HTTP, whether or not the client stays
-                self.state.hooks.request_done(record)
+                state.hooks.request_done(record)
             for event in unwrap.feed(result.body):
                 self._send_text(event)
             return

@@ -21,8 +21,9 @@ import websockets
 from websockets.sync.client import ClientConnection, connect
 
 from tests.conftest import CLIENT_KEY, DemoUpstream, ProxyServer, base_config, start_proxy, stop_proxy
-from tests.integration.test_pool import ADMIN_KEY, account
+from tests.integration.test_pool import ADMIN_KEY, account, admin
 from tests.integration.test_pool_shared_state import eventually
+from tests.integration.test_reload import rewrite
 
 TERMINAL = ("response.completed", "response.incomplete", "response.failed")
 SHELL_TOOL = {"type": "function", "name": "shell", "description": "run a command", "strict": False,
@@ -261,5 +262,40 @@ def test_a_graceful_stop_sends_socket_clients_away_after_their_response(demo_ups
         assert busy_closed.value.rcvd is not None and busy_closed.value.rcvd.code == 1001
         server.process.wait(timeout=30)
         assert time.monotonic() - stopping < 15  # not held until graceful_timeout (60 s)
+    finally:
+        stop_proxy(server)
+
+
+def test_each_response_on_a_socket_is_checked_against_the_config_in_force(demo_upstream: DemoUpstream,
+                                                                          tmp_path: Path) -> None:
+    """A socket outlives config reloads: each response.create is judged like a new HTTP request —
+    its key's models, the key itself — and compaction.key, which every worker must share, cannot
+    change on a reload."""
+    codex_key = "sk-ws-reload-codex"
+    config = {"client_keys": [CLIENT_KEY, {"name": "codex", "key": codex_key}], "admin_keys": [ADMIN_KEY],
+              "compaction": {"key": "k" * 40},
+              "upstreams": [{"name": "main", "protocol": "chat_completions", "base_url": demo_upstream.url,
+                             "accounts": [{"id": "only", "api_key": "sk-ws-reload-up"}]}]}
+    server = start_proxy(config, tmp_path)
+    try:
+        with connect(ws_url(server), additional_headers={"Authorization": f"Bearer {codex_key}"},
+                     open_timeout=10) as ws:
+            assert create(ws, model="demo-model", input="hi [demo:words=2]")[-1]["type"] == "response.completed"
+            config["client_keys"][1]["models"] = ["other-*"]
+            rewrite(server, config)
+            assert admin(server, "POST", "/admin/reload")[0] == 200
+            (refused,) = create(ws, model="demo-model", input="hi")
+            assert refused["status"] == 403 and refused["error"]["code"] == "model_not_allowed"
+            config["client_keys"] = [CLIENT_KEY]
+            rewrite(server, config)
+            assert admin(server, "POST", "/admin/reload")[0] == 200
+            (gone,) = create(ws, model="demo-model", input="hi")
+            assert gone["status"] == 401
+            with pytest.raises(websockets.exceptions.ConnectionClosed):
+                ws.recv(timeout=10)  # and the socket is closed
+        rewrite(server, {**config, "compaction": {"key": "j" * 40}})
+        status, body = admin(server, "POST", "/admin/reload")
+        assert status == 400 and "compaction.key: cannot change on a reload" in body["error"]["message"]
+        assert "j" * 40 not in body["error"]["message"]
     finally:
         stop_proxy(server)
