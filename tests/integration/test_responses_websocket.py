@@ -299,3 +299,33 @@ def test_each_response_on_a_socket_is_checked_against_the_config_in_force(demo_u
         assert "j" * 40 not in body["error"]["message"]
     finally:
         stop_proxy(server)
+
+
+def recent(proxy: ProxyServer) -> dict[str, dict[str, Any]]:
+    """/admin/requests — the record each request ended in, as the hooks got it — by request id."""
+    status, body = admin(proxy, "GET", "/admin/requests")
+    assert status == 200
+    return {entry["request_id"]: entry for entry in body["data"]}
+
+
+def test_each_response_on_a_socket_ends_in_one_record_as_over_http(ws_proxy: ProxyServer) -> None:
+    rid = uuid.uuid4().hex
+    with open_socket(ws_proxy, rid) as ws:
+        completed = create(ws, model="demo-model", input="hi [demo:words=3] [demo:pace=0]")[-1]["response"]
+        create(ws, model="demo-model", input=17)  # refused: 400
+        create(ws, model="demo-model", store=False, input=[], generate=False)  # a warm-up
+        failed = create(ws, model="demo-model", input="hi [demo:status=429]")  # the upstream's 429
+    assert failed[-1]["status"] == 429
+    entries = eventually(lambda: all(f"{rid}-{n}" in recent(ws_proxy) for n in (1, 2, 3, 4))) and recent(ws_proxy)
+    assert entries, "a response on the socket left no record"
+    one, refused, warm, limited = (entries[f"{rid}-{n}"] for n in (1, 2, 3, 4))
+    assert (one["client_protocol"], one["model"], one["stream"], one["status"], one["outcome"]) == (
+        "responses", "demo-model", True, 200, "ok")
+    assert (one["upstream"], one["account"], one["attempts"]) == ("main", "only", 1)
+    assert (one["input_tokens"], one["output_tokens"]) == (completed["usage"]["input_tokens"],
+                                                           completed["usage"]["output_tokens"])
+    assert one["first_byte_ms"] is not None and one["first_byte_ms"] <= one["duration_ms"]
+    assert (refused["status"], refused["outcome"], refused["attempts"]) == (400, "invalid_request", 0)
+    assert (warm["status"], warm["outcome"], warm["upstream"]) == (200, "ok", None)
+    assert (limited["status"], limited["attempts"]) == (429, 1)
+    assert sum(1 for key in recent(ws_proxy) if key.startswith(f"{rid}-")) == 4  # one record each, no more
