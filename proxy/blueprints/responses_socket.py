@@ -33,7 +33,7 @@ from flask import Blueprint, Flask, Response, current_app, g, request
 from proxy import logs
 from proxy.blueprints.auth import check_model, presented_key
 from proxy.blueprints.http import client_key_name
-from proxy.blueprints.socket_server import ConnectionClosed, SocketServer
+from proxy.blueprints.socket_server import BadUpgrade, ConnectionClosed, SocketServer
 from proxy.errors import ProxyError
 from proxy.ops.records import OK, RequestRecord
 from proxy.protocols import registry
@@ -105,9 +105,14 @@ class ResponsesSocket:
     def serve(self, environ: dict[str, Any]) -> None:
         turn_state = request.headers.get(TURN_STATE) or secrets.token_hex(16)
         settings = self.state.config.streaming
-        self.ws = SocketServer(environ, {"x-request-id": self.socket_id, TURN_STATE: turn_state},
-                               on_close=self._closed, ping_interval=settings.keepalive_interval,
-                               max_message_size=self.state.config.max_body_bytes)
+        try:
+            self.ws = SocketServer(environ, {"x-request-id": self.socket_id, TURN_STATE: turn_state},
+                                   on_close=self._closed, ping_interval=settings.keepalive_interval,
+                                   max_message_size=self.state.config.max_body_bytes)
+        except BadUpgrade as bad:
+            raise ProxyError(bad.status, f"Not a valid WebSocket upgrade ({bad.reason}). GET /v1/responses with "
+                                         "'Upgrade: websocket' opens the Responses WebSocket; POST /v1/responses "
+                                         "creates a response over HTTP.", headers=bad.headers) from None
         log.info("websocket open rid=%s key=%s", self.socket_id, self.key_name)
         _OPEN.add(self)
         try:

@@ -22,12 +22,23 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from simple_websocket import ConnectionClosed, Server  # type: ignore[import-untyped]
-from wsproto.events import AcceptConnection, Request
+from wsproto.events import AcceptConnection, RejectConnection, Request
 from wsproto.extensions import PerMessageDeflate
+from wsproto.utilities import RemoteProtocolError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ConnectionClosed", "SocketServer"]
+__all__ = ["BadUpgrade", "ConnectionClosed", "SocketServer"]
+
+
+class BadUpgrade(Exception):
+    """The request asked for a WebSocket but is not a valid upgrade (a missing `Sec-WebSocket-Key`, an
+    unsupported `Sec-WebSocket-Version`, …). Nothing has been written: the caller answers over HTTP,
+    with the status (400, or 426 and the versions spoken) and headers the WebSocket library advises."""
+
+    def __init__(self, reason: str, status: int, headers: dict[str, str]) -> None:
+        super().__init__(reason)
+        self.reason, self.status, self.headers = reason, status, headers
 
 
 class _WholeSends:
@@ -58,7 +69,14 @@ class SocketServer(Server):
 
     def handshake(self) -> None:
         self.sock: Any = _WholeSends(self.sock)
-        super().handshake()
+        try:
+            super().handshake()
+        except RemoteProtocolError as exc:
+            hint = exc.event_hint
+            if isinstance(hint, RejectConnection):
+                headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in hint.headers}
+                raise BadUpgrade(str(exc), hint.status_code, headers) from None
+            raise BadUpgrade(str(exc), 400, {}) from None
 
     def _handle_events(self) -> bool:
         if self._upgraded:

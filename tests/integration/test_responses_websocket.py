@@ -329,3 +329,17 @@ def test_each_response_on_a_socket_ends_in_one_record_as_over_http(ws_proxy: Pro
     assert (warm["status"], warm["outcome"], warm["upstream"]) == (200, "ok", None)
     assert (limited["status"], limited["attempts"]) == (429, 1)
     assert sum(1 for key in recent(ws_proxy) if key.startswith(f"{rid}-")) == 4  # one record each, no more
+
+
+@pytest.mark.parametrize(("headers", "status"), [
+    ({"Upgrade": "websocket", "Connection": "Upgrade"}, 400),  # no Sec-WebSocket-Key / -Version
+    ({"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+      "Sec-WebSocket-Version": "8"}, 426),  # a version this server does not speak
+])
+def test_a_broken_upgrade_is_answered_in_json(ws_proxy: ProxyServer, headers: dict[str, str], status: int) -> None:
+    resp = requests.get(f"{ws_proxy.url}/v1/responses", timeout=10,
+                        headers={"Authorization": f"Bearer {CLIENT_KEY}", **headers})
+    assert resp.status_code == status
+    assert "Not a valid WebSocket upgrade" in resp.json()["error"]["message"]
+    if status == 426:
+        assert resp.headers["Sec-WebSocket-Version"] == "13"

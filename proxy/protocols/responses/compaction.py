@@ -1,4 +1,5 @@
-"""Compaction of a Responses conversation, on upstreams that cannot do it themselves.
+"""Compaction of a Responses conversation, on upstreams that cannot do it themselves
+(docs/protocols.md §5.6).
 
 Codex compacts a long session in one of two ways: `POST /responses/compact` (v1), which answers
 `{"output": [...]}` — the user's messages kept, then one `compaction` item; or a normal

@@ -1,5 +1,5 @@
 """The Responses API's WebSocket mode, as data: what a client's frames mean and what the proxy's
-own frames say (docs/protocols.md §5.4 for the conversation state they share with HTTP).
+own frames say (docs/protocols.md §5.5; the conversation state they share with HTTP: §5.4).
 
 Owns the frame shapes, as Codex and the real API use them:
 - client frames: `{"type": "response.create", …the body of POST /v1/responses…}`, where
