@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from simple_websocket import ConnectionClosed, Server  # type: ignore[import-untyped]
+from simple_websocket import ConnectionError as HandshakeFailed
 from wsproto.events import AcceptConnection, RejectConnection, Request
 from wsproto.extensions import PerMessageDeflate
 from wsproto.utilities import RemoteProtocolError
@@ -65,7 +66,10 @@ class SocketServer(Server):
         self._upgrade_headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
         self._on_close = on_close
         self._upgraded = False
-        super().__init__(environ, ping_interval=ping_interval, max_message_size=max_message_size)
+        try:
+            super().__init__(environ, ping_interval=ping_interval, max_message_size=max_message_size)
+        except HandshakeFailed:
+            raise BadUpgrade("the handshake did not complete", 400, {}) from None
 
     def handshake(self) -> None:
         self.sock: Any = _WholeSends(self.sock)

@@ -167,17 +167,22 @@ def test_the_upgrade_needs_the_client_key(ws_proxy: ProxyServer) -> None:
     assert refused.value.response.status_code == 401
 
 
-def test_upstream_silence_gets_in_progress_keepalive_frames(demo_upstream: DemoUpstream, tmp_path: Path) -> None:
-    config = base_config(demo_upstream.url, streaming={"keepalive_interval": 0.4})
+def test_upstream_silence_gets_keepalive_frames_and_the_idle_deadline(demo_upstream: DemoUpstream,
+                                                                      tmp_path: Path) -> None:
+    config = base_config(demo_upstream.url, streaming={"keepalive_interval": 0.4, "idle_timeout": 2})
     server = start_proxy(config, tmp_path)
     try:
         with open_socket(server, uuid.uuid4().hex) as ws:
             events = create(ws, model="demo-model", input="hi [demo:words=4] [demo:pace=0] [demo:pause=1.5]")
+            silent = create(ws, model="demo-model", input="hi [demo:hold]")  # never released
     finally:
         stop_proxy(server)
     types = [e["type"] for e in events]
     assert types.count("response.in_progress") >= 2  # repeated during the upstream's pause
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    # Past streaming.idle_timeout the response ends in-band, as an SSE stream does.
+    assert [e["type"] for e in silent][-2:] == ["error", "response.failed"]
+    assert silent[-2]["error"]["message"] == "upstream sent nothing for 2s"
 
 
 STAGES = {"waiting_for_the_upstream": "[demo:hang]", "mid_stream": "[demo:endless]",
