@@ -88,6 +88,8 @@ def test_v2_streams_exactly_one_compaction_item_then_completed(upstream: tuple[s
     assert ANSWER not in done[0]["encrypted_content"]  # sealed, not readable
     assert last_user_text(protocol, sent["body"]) == SUMMARY_INSTRUCTION  # the same model asked for a summary
     assert "The parser is wrong." in upstream_text(sent["body"])  # over the whole conversation
+    # with the tools the history uses still declared, and told not to call them
+    assert sent["body"]["tool_choice"] in ("none", {"type": "none"}) and sent["body"]["tools"]
     assert events[-1]["response"]["usage"]["output_tokens"] > 0
 
 
@@ -113,8 +115,11 @@ def test_v1_answers_the_output_with_the_users_messages_and_one_compaction_item(
 def test_a_compaction_item_that_comes_back_is_what_its_maker_reads(upstream: tuple[str, ProxyServer],
                                                                     demo_upstream: DemoUpstream) -> None:
     protocol, proxy = upstream
+    compact_rid = uuid.uuid4().hex
     compacted = post(proxy, "/v1/responses/compact", {"model": "demo-model", "input": HISTORY},
-                     uuid.uuid4().hex).json()["output"]
+                     compact_rid).json()["output"]
+    if protocol != "responses":  # no tools in the request: no tool_choice either (OpenAI refuses one alone)
+        assert "tool_choice" not in demo_upstream.requests(compact_rid)[0]["body"]
     rid = uuid.uuid4().hex
     follow_up = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go on [demo:words=3]"}]}
     resp = post(proxy, "/v1/responses", {"model": "demo-model", "input": [*compacted, follow_up]}, rid)

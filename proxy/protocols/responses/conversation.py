@@ -81,8 +81,10 @@ class ResponsesConversation:
         if sealer is None:
             raise ProxyError(500, "This proxy has no compaction key configured (compaction.key).", "api_error")
         body = {**body, "input": compaction.for_upstream(items, protocol, sealer, summarise=self.compact)}
-        if self.compaction and protocol != "responses":
-            body["tool_choice"] = "none"  # the summary is the answer
+        if self.compaction and protocol != "responses" and body.get("tools"):
+            # The summary is the answer. (Only beside tools: OpenAI refuses a tool_choice without them;
+            # the tools stay, since Anthropic refuses tool_use blocks in a history without them.)
+            body["tool_choice"] = "none"
         return body
 
     def keeper(self, upstream: Upstream, account: str, passthrough: bool) -> Callable[[dict[str, Any]], None] | None:
