@@ -39,3 +39,11 @@ def connect(state: StateConfig) -> redis.Redis:
 def key(state: StateConfig, *parts: str) -> str:
     """A key under the configured prefix: key(state, "account", "main", "a1") → "llm-proxy:account:main:a1"."""
     return state.prefix + ":".join(parts)
+
+
+def unreachable_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions that mean Redis could not be reached or did not answer in time (a store
+    degrades on these, and raises anything else)."""
+    import redis
+
+    return (redis.ConnectionError, redis.TimeoutError, OSError)
