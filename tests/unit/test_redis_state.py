@@ -6,8 +6,8 @@ is away and after it returns."""
 from __future__ import annotations
 
 from proxy.config.state import StateConfig
-from proxy.ops.usage_store import RecentEntry, UsageQuery, UsageRow
 from proxy.ops.redis_usage_store import RedisUsageStore
+from proxy.ops.usage_store import RecentEntry, UsageQuery, UsageRow
 from proxy.pool.redis_slots import RedisSlots
 from proxy.pool.redis_store import RedisStore
 from proxy.pool.store import AccountRecord, CounterDelta, ProxyRecord

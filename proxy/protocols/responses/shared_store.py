@@ -11,8 +11,8 @@ dropped first, as in memory). A write is one MULTI transaction.
 Redis is read first: what it says is what every host sees (a response deleted through another host
 is gone here too). Every entry is also kept in this worker's memory (the base class), which answers
 when Redis cannot be reached — a conversation continued on the same worker goes on while Redis is
-away — and for entries stored here while it was away, which Redis never got. Not in the pure core's spirit of no IO, but pure of Flask, requests and
-gevent: redis-py's sockets are gevent's under the worker, so a call yields, never blocks.
+away — and for entries stored here while it was away, which Redis never got.
+Pure of Flask, requests and gevent: redis-py's sockets are gevent's under the worker, so a call yields, never blocks.
 """
 
 from __future__ import annotations
