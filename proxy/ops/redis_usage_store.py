@@ -7,7 +7,7 @@ Owns the Redis layout of usage and what happens while Redis is away. Under the c
 dimensions>|<counter>` — added to with HINCRBY; `usage-minutes` a sorted set of the minutes that
 have figures, so a query reads only those of its window (one HGETALL each, in one pipeline) and a
 retention purge finds what to drop; `recent` a list of JSON entries, newest first, trimmed to
-`RECENT_CAP`. A batch is one MULTI transaction: all of it or nothing.
+`RECENT_CAP`. A batch is one Lua script: all of it or nothing, and no read-modify-write.
 
 Redis unreachable (or not answering in time): a batch is kept in memory — rows merged by minute and
 dimensions, so the buffer grows with the variety of traffic, not its volume, up to
@@ -47,11 +47,26 @@ from proxy.state.redis_connection import connect, key, unreachable_errors
 log = logging.getLogger("proxy.usage")
 
 MAX_BUFFERED_ROWS = 50_000  # distinct (minute, dimensions) rows kept while Redis is away
-_PURGE = """
-local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[2])
-for _, minute in ipairs(old) do redis.call('DEL', ARGV[1] .. minute) end
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[2])
-return #old
+# One script per batch: atomic like a transaction, and one command to send and one reply to read
+# (a MULTI of a dozen HINCRBYs a row costs the worker several times the CPU).
+_ADD = """
+local p, minutes = ARGV[1], ARGV[1] .. 'usage-minutes'
+local batch = cjson.decode(ARGV[2])
+for _, row in ipairs(batch.rows) do
+  local k = p .. 'usage:' .. row[1]
+  for field, value in pairs(row[2]) do redis.call('HINCRBY', k, field, value) end
+  redis.call('ZADD', minutes, row[1], row[1])
+end
+if #batch.recent > 0 then
+  redis.call('LPUSH', p .. 'recent', unpack(batch.recent))
+  redis.call('LTRIM', p .. 'recent', 0, tonumber(ARGV[3]) - 1)
+end
+if batch.purge then
+  local old = redis.call('ZRANGEBYSCORE', minutes, '-inf', '(' .. batch.purge)
+  for _, minute in ipairs(old) do redis.call('DEL', p .. 'usage:' .. minute) end
+  redis.call('ZREMRANGEBYSCORE', minutes, '-inf', '(' .. batch.purge)
+end
+return #batch.rows
 """
 
 
@@ -64,7 +79,7 @@ class RedisUsageStore:
         self.health = health or StoreHealth("redis")
         self.client = client if client is not None else connect(state)
         self._errors = unreachable_errors()
-        self._purge = self.client.register_script(_PURGE)
+        self._add = self.client.register_script(_ADD)
         self._lock = threading.Lock()
         self._rows: dict[tuple[Any, ...], UsageRow] = {}  # buffered while Redis is away
         self._recent: deque[RecentEntry] = deque(maxlen=RECENT_CAP)
@@ -114,23 +129,14 @@ class RedisUsageStore:
                       "dropped (%d so far)", MAX_BUFFERED_ROWS, dropped, self.overflow)
 
     def _write(self, rows: list[UsageRow], entries: list[RecentEntry], purge: int | None) -> None:
-        minutes_key = key(self.state, "usage-minutes")
-        pipe = self.client.pipeline(transaction=True)
-        for row in merged(rows):
-            minute_key = key(self.state, "usage", str(row.minute))
-            dims = json.dumps([getattr(row, d) for d in DIMENSIONS], separators=(",", ":"))
-            for name in (*COUNTERS, *TIMINGS):
-                value = getattr(row, name)
-                if value:
-                    pipe.hincrby(minute_key, f"{dims}|{name}", value)
-            pipe.zadd(minutes_key, {str(row.minute): row.minute})
-        if entries:
-            recent_key = key(self.state, "recent")
-            pipe.lpush(recent_key, *(json.dumps(asdict(e)) for e in entries))
-            pipe.ltrim(recent_key, 0, RECENT_CAP - 1)
+        batch: dict[str, Any] = {"rows": [], "recent": [json.dumps(asdict(e)) for e in entries]}
         if purge is not None:
-            self._purge(keys=[minutes_key], args=[key(self.state, "usage:"), purge], client=pipe)
-        pipe.execute()
+            batch["purge"] = str(purge)
+        for row in merged(rows):
+            dims = json.dumps([getattr(row, d) for d in DIMENSIONS], separators=(",", ":"))
+            batch["rows"].append([str(row.minute), {f"{dims}|{name}": str(getattr(row, name))
+                                                    for name in (*COUNTERS, *TIMINGS) if getattr(row, name)}])
+        self._add(args=[self.state.prefix, json.dumps(batch), RECENT_CAP])
 
     def query(self, query: UsageQuery) -> UsageAnswer:
         minutes_key = key(self.state, "usage-minutes")
