@@ -3,7 +3,8 @@
 Owns two checks: `checked(path)` — the file loaded and validated, every upstream's protocol
 resolved against the registry (plugins imported) — and `for_reload(current, path)`, which also
 refuses what a running proxy cannot take from a new file: another `state_path` (its workers share
-that file, and switching it under them would split the pool's state), other `protocol_plugins`
+that file, and switching it under them would split the pool's state) or another `state:` section
+(the Redis every worker's stores are connected to), other `protocol_plugins`
 (a protocol's endpoint is set up when the app is built), and another `metrics.enabled` or
 `logging.format` (the metrics directory and gunicorn's logger class are set up when gunicorn
 starts). Every refusal is a `ConfigError` naming the
@@ -35,6 +36,10 @@ def for_reload(current: Config, path: str) -> Config:
     if _state_file(new.state_path) != _state_file(current.state_path):
         raise ConfigError("state_path", f"cannot change on a reload (the proxy runs with {current.state_path!r}): "
                                         "its workers share that file; restart the proxy to use another")
+    if new.state != current.state:
+        raise ConfigError("state", f"cannot change on a reload (the proxy runs with backend {current.state.backend!r}"
+                                   f"{' at ' + str(current.state.shown_url) if current.state.url else ''}): every "
+                                   "worker's stores are opened when it starts; restart the proxy to use another")
     if new.protocol_plugins != current.protocol_plugins:
         raise ConfigError("protocol_plugins", f"cannot change on a reload (the proxy runs with "
                                               f"{list(current.protocol_plugins)}): a protocol's endpoint is set up "

@@ -3,7 +3,10 @@ healthy.
 
 Owns, every `SYNC_INTERVAL` seconds: handing this worker's pool changes to the store and taking
 in other workers' (so an account out of rotation in one worker is out in all within ~2 s, and so
-is an outbound proxy); and, in the one worker per host that holds the store's leader lease,
+is an outbound proxy — at once with a store that announces changes, Redis's pub/sub, which wakes
+the keeper from a greenlet of its own); renewing this worker's `max_concurrency` slots when they
+are counted across hosts; running the `tick_hooks` (a store's retry of what it buffered while
+unreachable); and, in the one worker (per host; per cluster with Redis) that holds the store's leader lease,
 probing disabled accounts (config `pool.probe`, default `GET {base_url}/models` with the account's
 key) and re-enabling those that answer — except accounts an admin disabled —, probing cooling
 outbound proxies the same way (the same request through the proxy, with the key of an account

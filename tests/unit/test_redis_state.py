@@ -5,6 +5,8 @@ is away and after it returns."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from proxy.config.state import StateConfig
 from proxy.ops.redis_usage_store import RedisUsageStore
 from proxy.ops.usage_store import RecentEntry, UsageQuery, UsageRow
@@ -112,3 +114,35 @@ def test_while_redis_is_away_writes_are_kept_and_written_when_it_returns(durable
     (record,) = store.load()
     assert (record.status, record.requests) == ("cooling", 3)
     assert usage.query(UsageQuery(0, 120)).totals["requests"] == 2 and usage.buffered() == 0
+
+
+def test_a_full_buffer_drops_rows_and_counts_them(monkeypatch: Any, fresh_redis: RedisServer,
+                                                 caplog: Any) -> None:
+    import proxy.ops.redis_usage_store as module
+
+    monkeypatch.setattr(module, "MAX_BUFFERED_ROWS", 2)
+    usage = RedisUsageStore(state(fresh_redis.url))
+    fresh_redis.kill()
+    usage.add([row(60, "a"), row(60, "a"), row(60, "b", requests=3)], [])  # two distinct rows: they fit
+    usage.add([row(120, "c", requests=4), row(60, "a")], [])  # a third distinct one does not; "a" still adds up
+    assert usage.buffered() == 2 and usage.overflow == 4
+    assert "4 requests' usage dropped" in caplog.text
+
+
+def test_health_backs_off_while_down_and_comes_back() -> None:
+    now = [0.0]
+    health = StoreHealth("redis", clock=lambda: now[0])
+    back: list[bool] = []
+    health.on_recovery(lambda: back.append(True))
+    assert health.may_try()
+    health.failed("refused")
+    assert not health.up and not health.may_try()
+    now[0] = 0.5
+    assert health.may_try() and not health.may_try()  # one caller tries per period
+    health.failed("refused")
+    now[0] = 1.4
+    assert not health.may_try()  # the period doubled: 1.0 s after the second failure
+    now[0] = 1.6
+    assert health.may_try()
+    health.ok()
+    assert health.up and back == [True] and health.public() == {"state": "ok", "state_backend": "redis"}
