@@ -331,6 +331,12 @@ class AccountPool:
             self._deltas.clear()
             return records, deltas
 
+    def restate(self) -> None:
+        """Hand the store every account's state again (and the runtime removals) at the next sync:
+        for a shared store that lost its data."""
+        with self._lock:
+            self._changed |= set(self._states) | self._removed
+
     def apply_remote(self, records: list[AccountRecord], counters: bool = False) -> None:
         """Take in state another worker (or an earlier run) stored. With `counters`, also its totals."""
         with self._lock:

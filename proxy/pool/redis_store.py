@@ -6,7 +6,8 @@ and the leader lease, and what happens while Redis is away. Layout, under the co
 `acct:<member>` a hash (`state`: the state and overlay as one JSON document, `version`, the counters
 `requests`, `tokens_in`, `tokens_out`, `last_used`, `f:<class>` per failure class), `acct-versions`
 a sorted set member → version, `proxy:<member>` / `proxy-versions` the same for proxies, `version`
-the one sequence, `leader` the lease (SET NX PX, renewed by its holder), and the channel `changes`,
+the one sequence, `leader` the lease (SET NX PX, renewed by its holder), `epoch` a token set once
+(a different one at a full resync means Redis lost its data: `take_reseed`), and the channel `changes`,
 published to on every state change so the other workers sync at once (the keeper also syncs every
 second and asks for everything every `RESYNC_EVERY` seconds — the safety net for a lost message or
 a Redis that restarted empty). A member is the JSON array [upstream, id], unambiguous whatever the
@@ -27,6 +28,7 @@ import json
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -97,6 +99,8 @@ class RedisStore:
         self._deltas: dict[tuple[str, str], CounterDelta] = {}
         self._proxies: dict[tuple[str, str], ProxyRecord] = {}
         self._next_resync = 0.0
+        self._epoch: Any = None  # the token the Redis we write to was seeded with
+        self._reseed = False
         self.health.on_recovery(self.resync_soon)
 
     def resync_soon(self) -> None:
@@ -150,8 +154,31 @@ class RedisStore:
             return
         self.health.ok()
 
+    def take_reseed(self) -> bool:
+        """True once after Redis was found emptied (restarted without persistence, flushed): the
+        keeper then writes every state this worker knows again, so the shared view — disabled
+        accounts, the runtime overlay — is rebuilt from the workers' memory (counters are lost)."""
+        reseed, self._reseed = self._reseed, False
+        return reseed
+
+    def _check_epoch(self) -> None:
+        epoch = key(self.state, "epoch")
+        try:
+            self.client.set(epoch, uuid.uuid4().hex, nx=True)
+            current = self.client.get(epoch)
+        except self._errors as exc:
+            self.health.failed(exc)
+            return
+        if self._epoch is not None and current != self._epoch:
+            log.warning("state store: Redis lost its data (restarted empty or flushed); writing this worker's "
+                        "account states and runtime accounts to it again")
+            self._reseed = True
+        self._epoch = current
+
     def changes_since(self, version: int) -> tuple[list[AccountRecord], int]:
         everything = time.monotonic() >= self._next_resync
+        if everything:
+            self._check_epoch()
         records = self._records("acct", -1 if everything else version)
         if records is None:
             return [], version  # Redis away: nothing new; this worker goes on with what it knows

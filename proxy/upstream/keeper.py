@@ -146,6 +146,10 @@ class PoolKeeper:
         """Write this worker's changes, read everyone else's. One at a time: an admin request that
         syncs must not read the store while the keeper's own write is still on its way."""
         with self._sync_lock:
+            reseed = getattr(self.store, "take_reseed", None)
+            if reseed is not None and reseed():  # the shared store lost its data: give it ours again
+                for pool in self.pools.values():
+                    pool.restate()
             states, deltas, proxies = [], [], []
             # Judged before their changes are taken: a lease released after this is written next time.
             drained = [pool for pool in self._retired if not pool.busy()]

@@ -146,3 +146,24 @@ def test_health_backs_off_while_down_and_comes_back() -> None:
     assert health.may_try()
     health.ok()
     assert health.up and back == [True] and health.public() == {"state": "ok", "state_backend": "redis"}
+
+
+def test_a_redis_that_lost_its_data_is_seeded_again_from_the_workers(redis_url: str) -> None:
+    from proxy.config import parse
+    from proxy.pool.pool import AccountPool
+
+    config = parse({"client_keys": ["sk-c"], "upstreams": [{
+        "name": "main", "protocol": "chat_completions", "base_url": "http://127.0.0.1:9/v1",
+        "accounts": [{"id": "a", "api_key": "sk-a"}, {"id": "b", "api_key": "sk-b"}]}]})
+    pool, store = AccountPool(config.upstreams[0]), RedisStore(state(redis_url))
+    pool.disable("a", "admin: revoked")
+    store.write(*pool.pending())
+    store.changes_since(0)  # a full read: notes the epoch
+    assert not store.take_reseed()
+    store.client.flushdb()  # Redis restarted without persistence
+    store.resync_soon()
+    assert store.changes_since(5) == ([], 0) and store.take_reseed() and not store.take_reseed()
+    pool.restate()
+    store.write(*pool.pending())
+    stored = {r.id: r for r in store.load()}
+    assert (stored["a"].status, stored["a"].reason, stored["b"].status) == ("disabled", "admin: revoked", "active")
