@@ -7,7 +7,7 @@ whose accounts are all out. Read from this worker's pools, in memory (kept in st
 workers' by the keeper, within about two seconds): no IO, so it stays cheap under probing.
 An account in rotation whose outbound proxies are all cooling cannot serve either, and counts as
 cooling; one busy at its `max_concurrency` counts as active. `"state"` says whether the shared state
-store answers (`ok`, or `degraded` with `state_error` and `state_down_since` while Redis is away).
+store answers (`ok`, or `degraded` with `state_down_since` while Redis is away).
 """
 
 from __future__ import annotations

@@ -77,6 +77,7 @@ class StoreHealth:
             listener()
 
     def public(self) -> dict[str, object]:
-        """For /readyz and the status page."""
+        """For /readyz, which needs no key: whether, and since when — not the error, which names
+        the store's address (the log line has it)."""
         return {"state": "ok" if self.up else "degraded", "state_backend": self.backend,
-                **({"state_error": self.last_error, "state_down_since": self.down_since} if not self.up else {})}
+                **({"state_down_since": self.down_since} if not self.up else {})}
