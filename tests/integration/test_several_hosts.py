@@ -120,8 +120,13 @@ def test_an_account_disabled_on_one_host_is_never_tried_by_the_other_after_a_sec
     added = f"sk-hosts-added-{uuid.uuid4().hex[:6]}"
     assert admin(b, "POST", "/admin/accounts/main", {"id": "added", "api_key": added})[0] in (200, 201)
     assert admin(b, "POST", "/admin/accounts/main/acct-1/disable", {"reason": "rotating"})[0] == 200
-    rid = uuid.uuid4().hex
-    assert chat(a, rid) == 200 and demo_upstream.requests(rid)[-1]["key"] == added
+
+    def served_by_added() -> bool:  # on A, within a second of B's change
+        rid = uuid.uuid4().hex
+        assert chat(a, rid) == 200
+        return bool(demo_upstream.requests(rid)[-1]["key"] == added)
+
+    assert eventually(served_by_added, 1.0)
     assert admin(a, "DELETE", "/admin/accounts/main/added")[0] == 200
     assert eventually(lambda: all(x["id"] != "added" for x in
                                   admin(b, "GET", "/admin/accounts")[1]["upstreams"][0]["accounts"]), 1.0)
