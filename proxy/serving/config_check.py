@@ -19,15 +19,21 @@ gevent workers patch the standard library.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 from proxy.config import Config, ConfigError, load
 from proxy.protocols import registry
+from proxy.state.redis_connection import MISSING_PACKAGE
 
 
 def checked(path: str) -> Config:
-    """The config at `path`, with every upstream's protocol checked against the registry."""
-    return registry.resolve(load(path))
+    """The config at `path`, with every upstream's protocol checked against the registry, and the
+    `redis` package present if the state lives in Redis (found, not imported: the master stays light)."""
+    config = registry.resolve(load(path))
+    if config.state.backend == "redis" and importlib.util.find_spec("redis") is None:
+        raise ConfigError("state.backend", MISSING_PACKAGE)
+    return config
 
 
 def for_reload(current: Config, path: str) -> Config:

@@ -167,3 +167,22 @@ def test_a_redis_that_lost_its_data_is_seeded_again_from_the_workers(redis_url: 
     store.write(*pool.pending())
     stored = {r.id: r for r in store.load()}
     assert (stored["a"].status, stored["a"].reason, stored["b"].status) == ("disabled", "admin: revoked", "active")
+
+
+def test_a_redis_config_without_the_redis_package_is_a_config_error(monkeypatch: Any, tmp_path: Any) -> None:
+    import importlib.util
+
+    import pytest
+
+    from proxy.config import ConfigError
+    from proxy.serving.config_check import checked
+
+    path = tmp_path / "config.yaml"
+    path.write_text("client_keys: [sk-c]\nstate: {backend: redis, url: 'redis://127.0.0.1:6379/0'}\n"
+                    "upstreams: [{name: main, protocol: chat_completions, base_url: 'http://127.0.0.1:9/v1', "
+                    "accounts: [{id: a, api_key: sk-a}]}]\n")
+    assert checked(str(path)).state.backend == "redis"
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "redis" else real(name, *a))
+    with pytest.raises(ConfigError, match=r"state.backend: redis needs the redis package: pip install"):
+        checked(str(path))
