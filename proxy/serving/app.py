@@ -46,10 +46,8 @@ from proxy.ops.log_lines import LogLines
 from proxy.ops.metrics import LiveGauges, Metrics
 from proxy.ops.recent import RecentRequests
 from proxy.ops.usage import UsageAccounting
-from proxy.ops.usage_store import open_usage_store
 from proxy.ops.usage_writer import UsageWriter
 from proxy.pool.pool import AccountPool
-from proxy.pool.store import MemoryStore, SQLiteStore, StateStore
 from proxy.protocols import registry
 from proxy.protocols.responses.compaction import Sealer
 from proxy.protocols.responses.store import ResponseStore
@@ -59,6 +57,8 @@ from proxy.routing import Router
 from proxy.serving import master
 from proxy.serving.compaction_key import compaction_secret
 from proxy.serving.reconfigure import Reloader
+from proxy.serving.state_backend import open_stores
+from proxy.state.health import StoreHealth
 from proxy.upstream.catalog import Catalog
 from proxy.upstream.client import UpstreamClient
 from proxy.upstream.keeper import PoolKeeper
@@ -84,6 +84,7 @@ class AppState:
     config_loaded_at: float = 0.0
     config_generation: int = 1
     metrics: Metrics | None = None  # None: metrics.enabled is false
+    store_health: StoreHealth | None = None  # whether the shared state store (Redis) answers now
 
 
 def create_app(config: Config | None = None, start_background: bool = True) -> Flask:
@@ -102,12 +103,13 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
     logs.configure(config.log_level, config.logging.format)
     config = registry.resolve(config)  # every upstream's protocol by its name; plugins imported
     client = UpstreamClient(trust_env=config.trust_env)
-    store: StateStore = SQLiteStore(config.state_path) if config.state_path else MemoryStore()
-    keeper = PoolKeeper({}, store, client)
+    stores = open_stores(config)  # state.backend: sqlite (one host) or redis (several)
+    keeper = PoolKeeper({}, stores.pool, client, holder=stores.holder, slots=stores.slots)
+    keeper.tick_hooks += stores.tick_hooks
     hooks = HookSet([LogLines()])  # the operators' concerns plug in here (proxy.ops)
     usage_writer = None
     if config.usage.enabled:
-        usage_writer = UsageWriter(open_usage_store(config.state_path), config.usage.retention_days)
+        usage_writer = UsageWriter(stores.usage, config.usage.retention_days)
         hooks.add(RecentRequests(usage_writer))  # before usage: its entry rides along with the usage commit
         hooks.add(UsageAccounting(usage_writer))
     live = LiveGauges()
@@ -124,12 +126,12 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
     parts = config_parts(config, keeper, client, hooks)  # states, counters and runtime accounts from before a restart
     if start_background:
         keeper.start()
-    responses_store = ResponseStore(config.response_store.max_entries, config.response_store.ttl,
-                                    sealer=Sealer(compaction_secret(config)))
+    responses_store = stores.responses
+    responses_store.sealer = Sealer(compaction_secret(config))
     source = config.source if config.source != "<memory>" else None
     state = AppState(**parts, response_store=responses_store, keeper=keeper, hooks=hooks, client=client,
                      usage=usage_writer, live=live, metrics=metrics, config_source=source, config_loaded_at=time.time(),
-                     config_generation=generation)
+                     config_generation=generation, store_health=stores.health)
 
     app = Flask("proxy")
     app.extensions["llm_proxy"] = state
