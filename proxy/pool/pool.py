@@ -62,6 +62,17 @@ class Availability:
     next_back: float | None = None  # seconds until the soonest cooling account (or proxy) returns
     reasons: dict[str, int] = field(default_factory=dict)
 
+    @property
+    def throttled(self) -> bool | None:
+        """True when every account not disabled is cooling or at max_concurrency (and there is one):
+        throttled, not broken. False when an account is out for another reason (disabled only, or
+        its outbound proxies all cooling); None when the upstream has no account that could serve
+        and none is throttled either (so it neither makes nor spoils a 429 on its own)."""
+        serving = self.total - self.disabled
+        if serving <= 0:
+            return None
+        return self.proxies_cooling == 0 and self.cooling + self.busy == serving
+
 
 class AccountPool:
     def __init__(self, upstream: Upstream, clock: Callable[[], float] = time.time,

@@ -5,8 +5,9 @@ upstream serves it), leasing an account of the route's pool for each attempt (ne
 request already tried, at most `pool.max_attempts` per route), bounding a stream's wait for its
 first byte across all attempts (`timeouts.first_byte_total`), and what the client is told when no
 attempt gave an answer: the upstream's own error when every account failed without being taken
-out of rotation, a 504 that says what was tried when time ran out, else a 503 that says why no
-account is available and when the next one returns (`Retry-After`). A client that hangs up
+out of rotation, a 504 that says what was tried when time ran out, a 429 when every account that
+could serve is rate-limited or cooling, else a 503 that says why no account is available; both say
+when the next one returns (`Retry-After`). A client that hangs up
 before its answer begins ends the loop (499 in the log, the lease released).
 
 Must not build bodies, judge statuses or read answers (one attempt is `proxy.relay.attempt`'s),
@@ -106,9 +107,10 @@ class Relay:
             # Every account was tried and none was taken out of rotation: the upstream itself is
             # unreachable or overloaded, and its own error says so better than "no account".
             return ProxyError.from_info(failures[-1].info)
-        parts, next_back = [], None
+        parts, next_back, throttled = [], None, []
         for route in routes:
             avail = self.pools[route.upstream.name].availability()
+            throttled.append(avail.throttled)
             why = ", ".join(f"{n} {reason}" for reason, n in sorted(avail.reasons.items()))
             proxies = f", {n} whose outbound proxies are all cooling" if (n := avail.proxies_cooling) else ""
             parts.append(f"upstream {route.upstream.name!r} has {avail.total} account(s): {avail.cooling} cooling, "
@@ -116,11 +118,20 @@ class Relay:
                          + (f" ({why})" if why else ""))
             if avail.next_back is not None:
                 next_back = avail.next_back if next_back is None else min(next_back, avail.next_back)
-        message = f"No active account is available for model {ex.model!r}: " + "; ".join(parts) + "."
+        # Every account that could serve is rate-limited, cooling or at max_concurrency: a 429, which
+        # SDKs and agents back off on and retry after Retry-After (the soonest return), where a 503
+        # would read as an outage. 503 stays for accounts disabled or absent.
+        rate_limited = any(throttled) and all(t is not False for t in throttled)
+        head = ("Every account that could serve model {!r} is rate-limited or busy" if rate_limited
+                else "No active account is available for model {!r}")
+        message = head.format(ex.model) + ": " + "; ".join(parts) + "."
         if next_back is not None:
             message += f" The next cooling account returns in {max(1, math.ceil(next_back))}s."
         if failures:
             last = failures[-1].info
             message += f" The last attempt failed with HTTP {last.status}: {last.message}"
         headers = {"Retry-After": str(max(1, math.ceil(next_back)))} if next_back is not None else {}
+        if rate_limited:
+            headers.setdefault("Retry-After", "1")
+            return ProxyError(429, message, "rate_limit", code="all_accounts_rate_limited", headers=headers)
         return ProxyError(503, message, "unavailable", code="no_active_account", headers=headers)
