@@ -23,12 +23,13 @@ from flask import Flask
 
 from proxy import config as config_module
 from proxy import logs
-from proxy.blueprints import admin, admin_status, http, messages, models, readiness, responses, status_page, usage
+from proxy.blueprints import admin, admin_status, http, keys, messages, models, readiness, responses, status_page, usage
 from proxy.blueprints import metrics as metrics_endpoint
 from proxy.blueprints import reload as reload_endpoints
 from proxy.blueprints.auth import KeyChecker
 from proxy.blueprints.completions import completions_blueprint
 from proxy.config import Config
+from proxy.limits.limiter import Limiter
 from proxy.ops.hooks import HookSet
 from proxy.ops.log_lines import LogLines
 from proxy.ops.metrics import LiveGauges, Metrics
@@ -70,6 +71,7 @@ class AppState:
     config_loaded_at: float = 0.0
     config_generation: int = 1
     metrics: Metrics | None = None  # None: metrics.enabled is false
+    limiter: Limiter | None = None  # client keys' limits (proxy.limits); set by create_app
 
 
 def create_app(config: Config | None = None, start_background: bool = True) -> Flask:
@@ -91,6 +93,8 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
     store: StateStore = SQLiteStore(config.state_path) if config.state_path else MemoryStore()
     keeper = PoolKeeper({}, store, client)
     hooks = HookSet([LogLines()])  # the operators' concerns plug in here (proxy.ops)
+    limiter = Limiter.open(config)  # client keys' limits: charged when each request ends
+    hooks.add(limiter)
     usage_writer = UsageWriter(open_usage_store(config.state_path), config.usage.retention_days)
     hooks.add(RecentRequests(usage_writer))  # before usage: its entry rides along with the usage commit
     hooks.add(UsageAccounting(usage_writer))
@@ -112,7 +116,7 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
     source = config.source if config.source != "<memory>" else None
     state = AppState(**parts, response_store=responses_store, keeper=keeper, hooks=hooks, client=client,
                      usage=usage_writer, live=live, metrics=metrics, config_source=source, config_loaded_at=time.time(),
-                     config_generation=generation)
+                     config_generation=generation, limiter=limiter)
 
     app = Flask("proxy")
     app.extensions["llm_proxy"] = state
@@ -129,6 +133,7 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
     app.register_blueprint(readiness.bp)
     app.register_blueprint(reload_endpoints.bp)
     app.register_blueprint(usage.bp)
+    app.register_blueprint(keys.bp)
     app.register_blueprint(status_page.bp)
     return app
 
