@@ -46,7 +46,8 @@ def completions_blueprint(protocol: Protocol) -> Blueprint:
             conversation = client.conversation(body, state.response_store) if client.conversation else None
             ex = Exchange(protocol=protocol.name, body=body, model=record.model, stream=record.stream,
                           request_id=g.request_id, headers=headers, client_socket=client_socket(),
-                          conversation=conversation)
+                          conversation=conversation,
+                          request_headers={k.lower(): v for k, v in request.headers.items()})
             result = state.relay.handle(ex, record)
         except ProxyError as err:
             if record.finish(err.info.status, err.info.kind):

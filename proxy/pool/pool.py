@@ -97,14 +97,17 @@ class AccountPool:
 
     # ------------------------------------------------------------ leasing
 
-    def lease(self, exclude: set[str]) -> Lease | None:
-        """The policy's choice among accounts in rotation, not in `exclude`, with a free slot."""
+    def lease(self, exclude: set[str], prefer: str | None = None) -> Lease | None:
+        """The policy's choice among accounts in rotation, not in `exclude`, with a free slot — or
+        `prefer` if it is one of them (the account that served the conversation's last turn)."""
         now = self._clock()
         with self._lock:
             candidates = [s for s in self._states.values() if s.id not in exclude and s.available(now)
                           and s.has_room() and self._proxies.any_usable(self.proxies_of(s.account), now)]
-            chosen = selection.choose(self.settings.policy, candidates, list(self._states), self._last_chosen,
-                                      self._rng)
+            chosen = next((s for s in candidates if s.id == prefer), None) if prefer is not None else None
+            if chosen is None:
+                chosen = selection.choose(self.settings.policy, candidates, list(self._states), self._last_chosen,
+                                          self._rng)
             if chosen is None:
                 return None
             if chosen.settle(now):

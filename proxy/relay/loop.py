@@ -3,7 +3,8 @@
 Owns the order of attempts and when to stop: resolving the client's model to routes (404 when no
 upstream serves it), leasing an account of the route's pool for each attempt (never one this
 request already tried, at most `pool.max_attempts` per route), bounding a stream's wait for its
-first byte across all attempts (`timeouts.first_byte_total`), and what the client is told when no
+first byte across all attempts (`timeouts.first_byte_total`), the account a conversation's turn
+tries first (proxy.relay.affinity), and what the client is told when no
 attempt gave an answer: the upstream's own error when every account failed without being taken
 out of rotation, a 504 that says what was tried when time ran out, a 429 when every account that
 could serve is rate-limited or cooling, else a 503 that says why no account is available; both say
@@ -29,6 +30,7 @@ from proxy.ops.hooks import Hooks, HookSet
 from proxy.ops.records import RequestRecord
 from proxy.pool.pool import AccountPool
 from proxy.protocols.exchange import Exchange
+from proxy.relay.affinity import Affinity
 from proxy.relay.attempt import Attempt, NextAccount, RelayResult
 from proxy.relay.first_byte import FirstByteBudget, all_timed_out_message, out_of_time_message
 from proxy.relay.transport import Transport
@@ -52,6 +54,7 @@ class Relay:
     unsupported: UnsupportedFields = field(default_factory=UnsupportedFields)
     clock: Callable[[], float] = time.monotonic  # for the first-byte deadline and the elapsed times logged
     hooks: Hooks = field(default_factory=HookSet)  # told of every attempt and every stream (proxy.ops)
+    affinity: Affinity | None = None  # conversations kept on the account of their last turn
 
     def handle(self, ex: Exchange, record: RequestRecord | None = None) -> RelayResult:
         """The client's answer to `ex`, or a ProxyError. `record` is filled in on the way (where the
@@ -67,17 +70,24 @@ class Relay:
         failures: list[NextAccount] = []
         for route in routes:
             pool = self.pools[route.upstream.name]
+            conversation = prefer = None
+            if self.affinity is not None:
+                conversation = self.affinity.conversation(ex, route.upstream)
+                prefer = self.affinity.preferred(ex, route.upstream, conversation)
             tried: set[str] = set()
             while len(tried) < pool.settings.max_attempts:
                 if budget.spent():
                     raise self._out_of_time(ex, budget, failures)
-                lease = pool.lease(tried)
+                lease = pool.lease(tried, prefer)
                 if lease is None:
                     break
                 tried.add(lease.account.id)
                 try:
                     with hangup_aborts(ex.client_socket):
-                        return Attempt(self, ex, route, lease, budget, record).run()
+                        result = Attempt(self, ex, route, lease, budget, record).run()
+                    if self.affinity is not None:
+                        self.affinity.served(route.upstream, conversation, lease.account.id, prefer)
+                    return result
                 except NextAccount as failed:
                     failures.append(failed)
                 except ClientGone:

@@ -41,6 +41,7 @@ from proxy.pool.pool import AccountPool
 from proxy.pool.store import MemoryStore, SQLiteStore, StateStore
 from proxy.protocols import registry
 from proxy.protocols.responses.store import ResponseStore
+from proxy.relay.affinity import Affinity
 from proxy.relay.loop import Relay
 from proxy.relay.transport import HTTPTransport
 from proxy.routing import Router
@@ -109,7 +110,9 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
     metrics = Metrics(live, served) if config.metrics.enabled else None
     if metrics is not None:
         hooks.add(metrics)
-    parts = config_parts(config, keeper, client, hooks)  # states, counters and runtime accounts from before a restart
+    affinity = Affinity.open(config)  # which account served each conversation last
+    # states, counters and runtime accounts from before a restart
+    parts = config_parts(config, keeper, client, hooks, affinity=affinity)
     if start_background:
         keeper.start()
     responses_store = ResponseStore(config.response_store.max_entries, config.response_store.ttl)
@@ -139,7 +142,7 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
 
 
 def config_parts(config: Config, keeper: PoolKeeper, client: UpstreamClient, hooks: HookSet,
-                 reload: bool = False) -> dict[str, Any]:
+                 reload: bool = False, affinity: Affinity | None = None) -> dict[str, Any]:
     """The `AppState` fields built from the config: its pools (the keeper's own where the upstream
     is still configured, so leases out and `max_concurrency` stay right; a reload reconciles each
     with the file, proxy.pool.membership), the router and relay, the catalog and the key checkers."""
@@ -150,6 +153,7 @@ def config_parts(config: Config, keeper: PoolKeeper, client: UpstreamClient, hoo
             pools[upstream.name].reconfigure(upstream)
     keeper.client = client
     secrets = tuple(a.api_key for u in config.upstreams for a in u.accounts)
-    relay = Relay(config, Router(config.upstreams), pools, HTTPTransport(client, pools), secrets, hooks=hooks)
+    relay = Relay(config, Router(config.upstreams), pools, HTTPTransport(client, pools), secrets, hooks=hooks,
+                  affinity=affinity)
     return {"config": config, "relay": relay, "catalog": Catalog(config, pools, client), "pools": pools,
             "client_keys": KeyChecker(config.client_keys), "admin_keys": KeyChecker(config.admin_keys)}
