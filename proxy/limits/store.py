@@ -16,17 +16,17 @@ requests and gevent.
 from __future__ import annotations
 
 import contextlib
-import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from proxy.config.limits import KeyLimits
 from proxy.limits import rules
 from proxy.limits.rules import Refusal
+from proxy.state import sqlite
 
 LEASE_TTL = 60.0  # seconds a request-in-flight lease lives unless renewed
 
@@ -125,31 +125,13 @@ class SQLiteLimitStore:
     def __init__(self, path: str, clock: Callable[[], float] = time.time) -> None:
         self.path = path
         self._clock = clock
-        if not os.path.exists(path):
-            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))  # the pool keeps keys in this file too
-        with self._session() as db:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.executescript(_SCHEMA)
+        sqlite.prepare(path, _SCHEMA)
 
-    @contextlib.contextmanager
-    def _session(self) -> Iterator[sqlite3.Connection]:
-        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        db.execute("PRAGMA synchronous=NORMAL")
-        try:
-            yield db
-        finally:
-            db.close()
+    def _session(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        return sqlite.session(self.path)
 
-    @contextlib.contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._session() as db:
-            db.execute("BEGIN IMMEDIATE")  # the write lock first: the read below is the one acted on
-            try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
+    def _transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        return sqlite.write_transaction(self.path)
 
     @staticmethod
     def _read(db: sqlite3.Connection, key: str) -> dict[str, list[float]]:

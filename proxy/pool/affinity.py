@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import sqlite3
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from proxy.config.state import StateConfig
+from proxy.state import sqlite
 from proxy.state.redis_connection import connect, key
 
 if TYPE_CHECKING:
@@ -87,20 +87,10 @@ class SQLiteAffinity:
         self.path = path
         self._clock = clock
         self._next_purge = 0.0
-        if not os.path.exists(path):
-            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))  # the pool keeps keys in this file too
-        with self._session() as db:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.executescript(_SCHEMA)
+        sqlite.prepare(path, _SCHEMA)
 
-    @contextlib.contextmanager
-    def _session(self) -> Iterator[sqlite3.Connection]:
-        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        db.execute("PRAGMA synchronous=NORMAL")
-        try:
-            yield db
-        finally:
-            db.close()
+    def _session(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        return sqlite.session(self.path)
 
     def get(self, upstream: str, conversation: str, ttl: float) -> str | None:
         now = self._clock()
