@@ -125,7 +125,7 @@ class SQLiteLimitStore:
     def __init__(self, path: str, clock: Callable[[], float] = time.time) -> None:
         self.path = path
         self._clock = clock
-        sqlite.prepare(path, _SCHEMA)
+        self._keep_open = sqlite.prepare(path, _SCHEMA)  # see sqlite.prepare
 
     def _session(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         return sqlite.session(self.path)

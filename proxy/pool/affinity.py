@@ -87,7 +87,7 @@ class SQLiteAffinity:
         self.path = path
         self._clock = clock
         self._next_purge = 0.0
-        sqlite.prepare(path, _SCHEMA)
+        self._keep_open = sqlite.prepare(path, _SCHEMA)  # see sqlite.prepare
 
     def _session(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         return sqlite.session(self.path)
