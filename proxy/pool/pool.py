@@ -72,6 +72,17 @@ class Availability:
     next_back: float | None = None  # seconds until the soonest cooling account (or proxy) returns
     reasons: dict[str, int] = field(default_factory=dict)
 
+    @property
+    def throttled(self) -> bool | None:
+        """True when every account not disabled is cooling or at max_concurrency (and there is one):
+        throttled, not broken. False when an account is out for another reason (disabled only, or
+        its outbound proxies all cooling); None when the upstream has no account that could serve
+        and none is throttled either (so it neither makes nor spoils a 429 on its own)."""
+        serving = self.total - self.disabled
+        if serving <= 0:
+            return None
+        return self.proxies_cooling == 0 and self.cooling + self.busy == serving
+
 
 class AccountPool:
     def __init__(self, upstream: Upstream, clock: Callable[[], float] = time.time,
@@ -98,15 +109,16 @@ class AccountPool:
 
     # ------------------------------------------------------------ leasing
 
-    def lease(self, exclude: set[str]) -> Lease | None:
-        """The policy's choice among accounts in rotation, not in `exclude`, with a free slot. With a
+    def lease(self, exclude: set[str], prefer: str | None = None) -> Lease | None:
+        """The policy's choice among accounts in rotation, not in `exclude`, with a free slot — or
+        `prefer` if it is one of them (the account that served the conversation's last turn). With a
         ledger (`slots`), an account with `max_concurrency` must also get a slot from it, asked outside
-        the lock; one refused is skipped for this lease and the policy chooses again."""
+        the lock; one refused is skipped for this lease and the choice is made again."""
         refused: set[str] = set()
         while True:
             now = self._clock()
             with self._lock:
-                chosen = self._choose(exclude | refused if refused else exclude, now)
+                chosen = self._choose(exclude | refused if refused else exclude, now, prefer)
                 if chosen is None:
                     return None
                 limit = chosen.account.max_concurrency
@@ -120,9 +132,12 @@ class AccountPool:
                     return self._take(chosen, now, slot)
             refused.add(chosen.id)
 
-    def _choose(self, exclude: set[str], now: float) -> AccountState | None:
+    def _choose(self, exclude: set[str], now: float, prefer: str | None = None) -> AccountState | None:
         candidates = [s for s in self._states.values() if s.id not in exclude and s.available(now)
                       and s.has_room() and self._proxies.any_usable(self.proxies_of(s.account), now)]
+        preferred = next((s for s in candidates if s.id == prefer), None) if prefer is not None else None
+        if preferred is not None:
+            return preferred
         return selection.choose(self.settings.policy, candidates, list(self._states), self._last_chosen, self._rng)
 
     def _take(self, chosen: AccountState, now: float, slot: str | None) -> Lease:
