@@ -60,6 +60,9 @@ class Lease:
             self._pool.slots.release(self.slot)
 
 
+LEDGER_FULL_FOR = 1.0  # seconds an account the slot ledger refused counts as busy
+
+
 @dataclass
 class Availability:
     """Why no account could be leased, for the 503 message."""
@@ -98,6 +101,9 @@ class AccountPool:
         self._runtime: dict[str, dict[str, Any]] = {}  # accounts added at runtime: their config
         self._last_chosen: str | None = None
         self._changed: set[str] = set()  # state changes not yet handed to the store
+        # When the slot ledger (max_concurrency across hosts) last refused each account: such an
+        # account is busy though this worker holds none of its slots.
+        self._ledger_full: dict[str, float] = {}
         self._deltas: dict[str, CounterDelta] = {}
         self._proxies = ProxyBoard()
         for account in upstream.accounts:
@@ -129,7 +135,9 @@ class AccountPool:
             with self._lock:
                 chosen.in_flight -= 1
                 if slot is not None:
+                    self._ledger_full.pop(chosen.id, None)
                     return self._take(chosen, now, slot)
+                self._ledger_full[chosen.id] = now  # full on other hosts: busy, for availability()
             refused.add(chosen.id)
 
     def _choose(self, exclude: set[str], now: float, prefer: str | None = None) -> AccountState | None:
@@ -180,7 +188,7 @@ class AccountPool:
                         wait = self._proxies.next_back(urls, now)
                         if wait is not None:
                             out.next_back = wait if out.next_back is None else min(out.next_back, wait)
-                    elif not s.has_room():
+                    elif not s.has_room() or now - self._ledger_full.get(s.id, float("-inf")) < LEDGER_FULL_FOR:
                         out.busy += 1
                     continue
                 out.reasons[s.reason or s.status] = out.reasons.get(s.reason or s.status, 0) + 1
