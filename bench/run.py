@@ -688,10 +688,10 @@ class Report:
                    ["pair", "target", "streams", "errors", "stalls", "delay p50 ms", "delay p99 ms", "direct p99",
                     "delay max ms", "CPU s", "goal", "ok"], rows)
 
-    def nonstream(self) -> None:
+    def nonstream(self, levels: tuple[int, ...] = (1, 16, 64)) -> None:
         rows = []
         for client, upstream in PAIRS:
-            for c in (1, 16, 64):
+            for c in levels:
                 sc = Scenario("nonstream", client, upstream, c)
                 direct = self.r.get("direct", sc.direct_key)
                 for t in self.targets:
@@ -788,7 +788,7 @@ def write_report(results: Results, args: argparse.Namespace, started: dt.datetim
         if "c500" in groups:
             rep.many()
         if "nonstream" in groups:
-            rep.nonstream()
+            rep.nonstream((16,))
         if "idle" in groups:
             rep.idle()
         rep.memory()
