@@ -8,7 +8,8 @@ Starts the mock upstream and the proxy (one gevent worker) exactly as bench/run.
 on core 0, mock and load generator on core 1 — warms it up, starts the profiler command with
 {pid} replaced by the gevent worker's process id, runs the load, then stops the profiler with
 SIGINT (py-spy, perf record and strace -c all write their report on SIGINT) and prints the
-worker's CPU per request and per delta over the run. Owns nothing but that orchestration.
+proxy's CPU per request and per delta over the run, less its idle rate (bench/run.py).
+Owns nothing but that orchestration.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ def main() -> None:
             try:
                 target = bench.Target("proxy", proxy.url, bench.CLIENT_KEY, proxy.process.pid)
                 bench.warm_up(target, Path(tmp))
+                target.idle_cpu_rate = bench.measure_idle_rate(target)
                 worker = next(p for p in target.pids() if p != proxy.process.pid)
                 profiler = None
                 if command:
@@ -64,7 +66,8 @@ def main() -> None:
                 cpu = res.get("cpu_s") or 0.0
                 print(f"requests {s.get('requests')} errors {s.get('errors')} deltas {s.get('deltas')} "
                       f"cpu {cpu:.3f}s → {cpu * 1e6 / max(1, s.get('requests') or 1):.0f} µs/request, "
-                      f"{cpu * 1e6 / max(1, s.get('deltas') or 1):.1f} µs/delta (profiler included); "
+                      f"{cpu * 1e6 / max(1, s.get('deltas') or 1):.1f} µs/delta (profiler included; idle "
+                      f"{target.idle_cpu_rate * 1000:.1f} ms/s subtracted); "
                       f"ttfb p50 {s.get('ttft_ms', {}).get('p50')} ms, delay p99 {s.get('delay_ms', {}).get('p99')} ms")
             finally:
                 bench.stop(proxy.process)

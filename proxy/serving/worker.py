@@ -18,12 +18,19 @@ from typing import Any
 import gevent
 from gunicorn.workers.ggevent import GeventWorker
 
+from proxy.serving.direct_write import attach_direct_writer
+
 # Streams are ended this long before the master's SIGKILL: the worker notices that its requests
 # have drained once a second, and the last frames need a moment to be written.
 END_STREAMS_BEFORE_DEADLINE = 1.5
 
 
 class ProxyGeventWorker(GeventWorker):
+    def load_wsgi(self) -> None:
+        """Streams write their frames below gunicorn's Response.write (proxy/serving/direct_write.py)."""
+        super().load_wsgi()
+        self.wsgi = attach_direct_writer(self.wsgi)  # type: ignore[has-type]  # gunicorn is untyped
+
     def handle(self, listener: Any, client: socket.socket, addr: Any) -> None:
         """A stream's response headers and its first frame are two small writes; with Nagle's
         algorithm the second waits for the client to acknowledge the first."""
