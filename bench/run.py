@@ -1,6 +1,6 @@
 """The benchmark suite, in one command:
 
-    python bench/run.py [--quick | --focus [--only GROUP,...]] [--trials N] [--workers N]
+    python bench/run.py [--quick | --focus [--only GROUP,...]] [--trials N] [--workers N] [--ops on|off|both]
                         [--compare-url URL --compare-key KEY [--compare-pid PID]]
 
 Owns the orchestration: starts the mock upstream (bench/mock_upstream.py) and the proxy
@@ -34,6 +34,11 @@ time to first byte at 1 and 10 streams, 500 streams, 1,000 idle streams, the non
 the c=100 fit next to the operating point) — about 5 minutes a trial; --only narrows it further to
 some of its groups (op, ttfb, c500, idle, nonstream, batched). --workers N runs N gevent workers,
 pinned to the first N cores with the mock and the load generator sharing the last one.
+
+--ops says whether the operators' concerns that cost CPU on the request path — Prometheus metrics
+and usage accounting (OPS_OFF) — are on (the default config) or off in the proxy measured; `both`
+starts a second proxy with them off ("ops-off") beside the first
+and runs every scenario against each, so the tables put the two side by side.
 
 --compare-url runs the same scenarios against another proxy you started yourself, in front of
 this run's mock: fix the mock's port with --mock-port P and route models chat-* to an OpenAI-Chat
@@ -134,15 +139,20 @@ def start_mock(port: int) -> tuple[subprocess.Popen[bytes], int]:
     return proc, port
 
 
-def proxy_config(mock_url: str, tmp: Path) -> dict[str, Any]:
+# What --ops off (and the "ops-off" proxy of --ops both) changes in the config: the operators' concerns
+# that run on the request path, off.
+OPS_OFF: dict[str, Any] = {"metrics": {"enabled": False}, "usage": {"enabled": False}}
+
+
+def proxy_config(mock_url: str, tmp: Path, ops: bool = True, name: str = "proxy") -> dict[str, Any]:
     def upstream(protocol: str, pattern: str) -> dict[str, Any]:
         return {"name": f"mock-{protocol}", "protocol": protocol, "base_url": mock_url,
                 "models": {"serve": [pattern]},
                 "accounts": [{"id": f"{protocol}-{i}", "api_key": f"sk-dummy-{protocol}-{i}"} for i in (1, 2)]}
 
-    return {"client_keys": [CLIENT_KEY], "log_level": "warning", "state_path": str(tmp / "state.db"),
+    return {"client_keys": [CLIENT_KEY], "log_level": "warning", "state_path": str(tmp / f"{name}-state.db"),
             "upstreams": [upstream("chat_completions", "chat-*"), upstream("messages", "claude-*"),
-                          upstream("responses", "resp-*")]}
+                          upstream("responses", "resp-*")], **({} if ops else OPS_OFF)}
 
 
 @dataclass
@@ -152,9 +162,9 @@ class Proxy:
     log_path: Path
 
 
-def start_proxy(mock_url: str, tmp: Path) -> Proxy:
-    config = tmp / "config.yaml"
-    config.write_text(yaml.safe_dump(proxy_config(mock_url, tmp)))
+def start_proxy(mock_url: str, tmp: Path, ops: bool = True, name: str = "proxy") -> Proxy:
+    config = tmp / f"{name}-config.yaml"
+    config.write_text(yaml.safe_dump(proxy_config(mock_url, tmp, ops, name)))
     sock = listening_socket()
     env = {**os.environ, "LLM_PROXY_CONFIG": str(config), "LLM_PROXY_WORKERS": str(WORKERS),
            "LLM_PROXY_ACCESS_LOG": "/dev/null", "LLM_PROXY_GUNICORN_LOG_LEVEL": "warning"}
@@ -429,8 +439,11 @@ def progress(target: str, sc: Scenario, res: dict[str, Any]) -> None:
 
 def run_trial(trial: int, args: argparse.Namespace, mock_url: str, mock_root: str, results: Results,
               tmp: Path) -> None:
-    proxy = start_proxy(mock_url, tmp)
+    proxy = start_proxy(mock_url, tmp, ops=args.ops != "off")
     targets = [Target("proxy", proxy.url, CLIENT_KEY, proxy.process.pid)]
+    ops_off = start_proxy(mock_url, tmp, ops=False, name="ops-off") if args.ops == "both" else None
+    if ops_off is not None:
+        targets.append(Target("ops-off", ops_off.url, CLIENT_KEY, ops_off.process.pid))
     if args.compare_url:
         targets.append(Target("compare", args.compare_url.rstrip("/"), args.compare_key, args.compare_pid))
     try:
@@ -455,6 +468,8 @@ def run_trial(trial: int, args: argparse.Namespace, mock_url: str, mock_root: st
                              "log_problems": log_problems(proxy.log_path)})
     finally:
         stop(proxy.process)
+        if ops_off is not None:
+            stop(ops_off.process)
 
 
 def log_problems(path: Path) -> list[str]:
@@ -785,6 +800,14 @@ class Report:
                    ["trial", "RSS before MiB", "RSS after MiB", "idle CPU ms/s", "error lines in proxy log"], rows)
 
 
+def ops_note(ops: str) -> str:
+    off = json.dumps(OPS_OFF)
+    return {"on": "on, as configured by default (metrics)",
+            "off": f"off ({off} in the config)",
+            "both": f"on in target `proxy` (metrics, as by default); off in target `ops-off` ({off}), "
+                    "the same proxy otherwise, started beside it on the same core"}[ops]
+
+
 def write_report(results: Results, args: argparse.Namespace, started: dt.datetime, elapsed: float,
                  targets: list[str]) -> str:
     rep = Report(results, targets)
@@ -793,9 +816,10 @@ def write_report(results: Results, args: argparse.Namespace, started: dt.datetim
         (f" --only {','.join(args.only)}" if args.focus and set(args.only) != set(FOCUS_GROUPS) else "") + \
         (f" --workers {args.workers}" if args.workers != 1 else "")
     rep.lines += [f"# llm-proxy benchmark — {started:%Y-%m-%d %H:%M} UTC", "",
-                  f"`python bench/run.py{flags} --trials {trials}` — "
+                  f"`python bench/run.py{flags} --trials {trials} --ops {args.ops}` — "
                   f"{trials} trial(s), {elapsed / 60:.1f} min. Figures are medians over trials, "
-                  f"(min{DASH}max) when there were several.", "", *machine()]
+                  f"(min{DASH}max) when there were several.", "", *machine(),
+                  f"- operators' concerns: {ops_note(args.ops)}"]
     if args.focus:
         groups = set(args.only)
         if "op" in groups:
@@ -835,6 +859,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--only", type=lambda v: [g for g in v.split(",") if g], default=list(FOCUS_GROUPS),
                         help=f"with --focus: some of {','.join(FOCUS_GROUPS)}")
     parser.add_argument("--workers", type=int, default=1, help="gevent workers (pinned as the docstring says)")
+    parser.add_argument("--ops", choices=("on", "off", "both"), default="on",
+                        help="metrics (and accounting) on as configured by default, off, or both side by side")
     parser.add_argument("--mock-port", type=int, default=0, help="fixed port for the mock (for --compare-url)")
     parser.add_argument("--compare-url", help="another proxy to run the same scenarios against")
     parser.add_argument("--compare-key", default=CLIENT_KEY, help="client key for --compare-url")
@@ -869,7 +895,7 @@ def main() -> None:
     finally:
         stop(mock, signal.SIGTERM)
     elapsed = time.monotonic() - t0
-    targets = ["proxy"] + (["compare"] if args.compare_url else [])
+    targets = ["proxy"] + (["ops-off"] if args.ops == "both" else []) + (["compare"] if args.compare_url else [])
     report = write_report(results, args, started, elapsed, targets)
     Path(f"{stem}.md").write_text(report)
     Path(f"{stem}.raw.json").write_text(json.dumps({"args": vars(args), "runs": results.runs}))

@@ -12,8 +12,10 @@ writes to the client — the WSGI body generator:
   so an upstream that fails on its very first event can still be retried or answered with an
   HTTP error status — and, given the time the client's first byte is due, sends the keepalive
   then rather than leave the client waiting on an upstream that has not begun;
-- `close()` (called by the WSGI server however the response ends) closes the upstream response
-  and reports the outcome exactly once;
+- the outcome is reported exactly once: as soon as the last frame is written (before the server
+  ends the response, so what accounting records is there by the time the client has it all), or
+  by `close()` — called by the WSGI server however the response ends, which also closes the
+  upstream response;
 - `end_all_streams()` ends every live stream with the in-band error, for a shutdown whose
   graceful period is running out (proxy/serving/worker.py).
 There is no reader greenlet: an earlier design fed a bounded queue from one, and its two hand-offs
@@ -158,6 +160,7 @@ class StreamingBody:
         self._settings = settings
         self._client = client_socket
         self._on_close: Callable[[StreamOutcome], None] | None = on_close
+        self._closed = False
         self._parser = SSEParser()
         self._outcome = StreamOutcome()
         self._primed: list[bytes] = []
@@ -221,21 +224,31 @@ class StreamingBody:
         yield from self._primed
         self._primed = []
         yield from self._frames
+        # Every frame is written: the outcome is final. Reported now, before the server sends the
+        # end of the response, so whatever the accounting records is there when the client is done.
+        self._report()
 
     def close(self) -> None:
-        if self._on_close is None:
+        if self._closed:
             return
-        on_close, self._on_close = self._on_close, None
+        self._closed = True
         _LIVE.discard(self)
         self._frames.close()
         self._stop_watching()
         self._body.close()
         self._upstream.close()
+        self._report()
+
+    def _report(self) -> None:
+        """Hand the outcome to `on_close`, once."""
+        if self._on_close is None:
+            return
+        on_close, self._on_close = self._on_close, None
         self._outcome.usage = self._relay.usage
         if self._outcome.error is None:
             self._outcome.error = self._relay.failed
         if not self._relay.done and self._outcome.error is None:
-            # Closed before the stream finished and with nothing wrong upstream: the client left,
+            # Ended before the stream finished and with nothing wrong upstream: the client left,
             # whether the wait saw it or a write to its socket failed.
             self._outcome.client_gone = True
         try:

@@ -1,5 +1,6 @@
 """The suite's secret audit: every byte a test client receives from a proxy, and every line a proxy
-logs, is scanned for every upstream key a test configured.
+logs, is scanned for every upstream key a test configured, and for the secret of every named client
+key (whose name, not key, is what logs and usage show).
 
 `start_proxy` registers each proxy's keys and log file; the raw wire client and the SDKs' HTTP
 transport (httpx, patched for the session in conftest) pass what they receive through `Tap`s.

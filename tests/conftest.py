@@ -26,6 +26,8 @@ import yaml
 
 from tests import audit
 
+pytest_plugins = ["tests.redis_server"]  # redis_url, fresh_redis: a real redis-server on loopback
+
 ROOT = Path(__file__).resolve().parent.parent
 CLIENT_KEY = "sk-client-test"
 UPSTREAM_KEYS = ("sk-up-1", "sk-up-2")
@@ -110,6 +112,7 @@ def start_proxy(config: dict[str, Any], tmp: Path, extra_env: dict[str, str] | N
     log_path = tmp / f"proxy-{next(_proxy_numbers)}.log"  # a restart in the same folder keeps the old log
     audit.register((a.get("api_key", "") for u in config.get("upstreams", []) for a in u.get("accounts", [])),
                    log_path)
+    audit.register(k["key"] for k in config.get("client_keys", []) if isinstance(k, dict))  # named keys' secrets
     env = {**os.environ, "LLM_PROXY_CONFIG": str(path), "LLM_PROXY_WORKERS": str(workers), **(extra_env or {})}
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(

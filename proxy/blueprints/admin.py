@@ -1,7 +1,8 @@
 """`/admin/` — see and steer the account pools. Needs a key from `admin_keys` (client keys are
 refused); disabled when no admin key is configured.
 
-  GET    /admin/accounts                          every upstream's accounts: state, reason, counters
+  GET    /admin/accounts                          every upstream's accounts: state, reason, counters, last error,
+                                                  and the overlay on the config file (below)
   POST   /admin/accounts/<upstream>               add an account {id, api_key, weight?, …} (persisted)
   DELETE /admin/accounts/<upstream>/<id>          remove it (persisted)
   POST   /admin/accounts/<upstream>/<id>/disable  {reason?}: take it out of rotation
@@ -9,9 +10,13 @@ refused); disabled when no admin key is configured.
 
 Keys are never shown — a masked suffix at most — and outbound proxies only as scheme://host:port,
 each with its state (ok, or cooling until a time, with the reason and the consecutive failures).
-Counters are totals over every worker (as of the last sync, at most a second old); `in_flight` is
-this worker's. Changes reach the store before the answer, so every worker applies them within
+Counters are totals over every worker (as of the last sync, at most a second old); `in_flight` and
+`last_error` are this worker's. Changes reach the store before the answer, so every worker applies them within
 about two seconds.
+
+Accounts added or removed here are an overlay on the config file (proxy.pool.membership): each
+account says where it comes from (`origin`: `config` or `runtime`), and each upstream lists the
+file's accounts deleted here (`removed_at_runtime`) — they come back when the file is reloaded.
 """
 
 from __future__ import annotations
@@ -59,15 +64,17 @@ def list_accounts() -> Response:
     now = time.time()
     for name, pool in _state().pools.items():
         accounts = []
+        added, removed = pool.overlay()
         for state in pool.states():
             row = pool.view(state, now)
+            row["origin"] = "runtime" if state.id in added else "config"
             stored = totals.get((name, state.id))
             if stored is not None:  # totals over every worker
                 row.update(requests=stored.requests, failures=stored.failures, tokens_in=stored.tokens_in,
                            tokens_out=stored.tokens_out, last_used=stored.last_used or None)
             accounts.append(row)
         upstreams.append({"name": name, "protocol": pool.upstream.protocol, "policy": pool.settings.policy,
-                          "accounts": accounts})
+                          "accounts": accounts, "removed_at_runtime": removed})
     return jsonify({"upstreams": upstreams, "worker": os.getpid()})
 
 

@@ -2,7 +2,8 @@
 `/v1/messages`, `/v1/responses`, and any protocol registered besides), built from the protocol.
 
 Thin and the same for every protocol: parse the body, let the protocol check it (a 400 that names
-the field) and say which model and whether it streams, keep the client headers the protocol
+the field) and say which model and whether it streams, refuse a model the client's key may not
+use (403), keep the client headers the protocol
 forwards to an upstream of its own kind, attach the conversation state it keeps on the proxy if it
 has any, and hand the request to the relay. Everything protocol-specific comes from its
 `ClientSide`; nothing here names a protocol.
@@ -15,8 +16,10 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, current_app, g, request
 
-from proxy.blueprints.http import client_key_name, client_socket, json_body, relay_response
+from proxy.blueprints.auth import check_model
+from proxy.blueprints.http import client_key, client_key_name, client_socket, json_body, relay_response
 from proxy.errors import ProxyError
+from proxy.ops.log_lines import ENVIRON_KEY
 from proxy.ops.records import OK, RequestRecord
 from proxy.protocols.codec import Protocol
 from proxy.protocols.exchange import Exchange
@@ -30,10 +33,12 @@ def completions_blueprint(protocol: Protocol) -> Blueprint:
     def create() -> Response:
         state = current_app.extensions["llm_proxy"]
         record = RequestRecord(g.request_id, client_key_name(), protocol.name, model="", stream=False)
+        request.environ[ENVIRON_KEY] = record  # for the access line (proxy/serving/access_log.py)
         try:
             body = json_body()
             client.validate(body)
             record.model, record.stream = client.model_and_stream(body)
+            check_model(client_key(), record.model)  # a key restricted to some models: 403 before any upstream
             headers = {name: value for name in client.forwarded_headers if (value := request.headers.get(name))}
             conversation = client.conversation(body, state.response_store) if client.conversation else None
             ex = Exchange(protocol=protocol.name, body=body, model=record.model, stream=record.stream,

@@ -20,14 +20,21 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.wsgi import get_input_stream
 
 from proxy import logs
-from proxy.blueprints.auth import KeyChecker, key_name, presented_key
+from proxy.blueprints import status_page
+from proxy.blueprints.auth import presented_key
+from proxy.config import Config
+from proxy.config.keys import ClientKey
 from proxy.errors import ProxyError, invalid, kind_for_status
+from proxy.ops.records import RequestRecord
 from proxy.protocols import registry
 from proxy.relay.loop import RelayResult
 
 log = logging.getLogger("proxy.http")
 
-PUBLIC_PATHS = {"/", "/healthz"}
+PUBLIC_PATHS = {"/", "/healthz", "/readyz"}
+# Paths outside /admin/ that need an admin key too, with what else opens them (the config's public_paths).
+ADMIN_PATHS = {"/metrics": "or set metrics.public: true to serve it without a key"}
+KEY_NAME_ENVIRON = "llm_proxy.client_key"  # the key's name in the WSGI environ, for the access log line
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 # Allowed in CORS preflight whatever the protocol; each protocol adds the headers its browser clients send.
 CORS_BASE_HEADERS = ("Content-Type", "Authorization", "X-API-Key")
@@ -51,8 +58,15 @@ def served_endpoints(app: Flask) -> str:
     return ", ".join(paths[:-1]) + " and " + paths[-1] if len(paths) > 1 else "".join(paths)
 
 
-def install(app: Flask, client_keys: KeyChecker, admin_keys: KeyChecker, max_body_bytes: int) -> None:
-    app.config["MAX_CONTENT_LENGTH"] = max_body_bytes
+def public_paths(config: Config) -> tuple[str, ...]:
+    """Paths the config opens to anyone, besides PUBLIC_PATHS."""
+    return ("/metrics",) if config.metrics.public else ()
+
+
+def install(app: Flask) -> None:
+    """The edge's hooks. Keys and limits come from the app's state as it is when a request starts,
+    so a config reload changes them for the next request (proxy.serving.reconfigure)."""
+    app.config["MAX_CONTENT_LENGTH"] = app.extensions["llm_proxy"].config.max_body_bytes
 
     @app.before_request
     def _begin() -> Response | None:
@@ -61,21 +75,34 @@ def install(app: Flask, client_keys: KeyChecker, admin_keys: KeyChecker, max_bod
         logs.request_id.set(g.request_id)
         if request.method == "OPTIONS":
             return _preflight()
-        if request.path in PUBLIC_PATHS:
+        state = current_app.extensions["llm_proxy"]
+        if request.path in PUBLIC_PATHS or request.path in public_paths(state.config):
             return None
-        admin = request.path.startswith("/admin/")
+        admin = request.path.startswith("/admin/") or request.path in ADMIN_PATHS
+        client_keys, admin_keys = state.client_keys, state.admin_keys
         if admin and admin_keys.empty:
+            if request.path in ADMIN_PATHS:
+                raise ProxyError(403, f"{request.path} needs an admin key and none is configured: list keys under "
+                                      f"admin_keys in the config, {ADMIN_PATHS[request.path]}.", "permission")
             raise ProxyError(403, "The admin API is disabled: list keys under admin_keys in the config to use it.",
                              "permission")
+        if status_page.is_page(request.path):
+            return None  # the status page and its assets hold no data: the page signs in with the key itself
         key = presented_key(request.headers.get("x-api-key"), request.headers.get("authorization"))
         if key is None:
-            raise ProxyError(401, "Missing API key: send it as 'Authorization: Bearer <key>' or 'x-api-key: <key>'.",
-                             "authentication")
-        if not (admin_keys if admin else client_keys).check(key):
+            which = " (this endpoint needs an admin key, from admin_keys)" if admin else ""
+            raise _refused(ProxyError(401, f"Missing API key{which}: send it as 'Authorization: Bearer <key>' or "
+                                           "'x-api-key: <key>'.", "authentication"))
+        entry = (admin_keys if admin else client_keys).match(key)
+        if entry is None:
             which = "an admin key (admin_keys)" if admin else "a client key (client_keys)"
-            raise ProxyError(401, f"Invalid API key: this endpoint needs {which} from the proxy's config.",
-                             "authentication")
-        g.client_key_name = key_name(key)
+            raise _refused(ProxyError(401, f"Invalid API key: this endpoint needs {which} from the proxy's config.",
+                                      "authentication"))
+        request.environ[KEY_NAME_ENVIRON] = g.client_key_name = entry.name  # the access log shows it
+        if entry.disabled:
+            raise _refused(ProxyError(401, f"The API key {entry.name!r} is disabled in the proxy's config "
+                                           "(client_keys); ask the proxy's operator to enable it.", "authentication"))
+        g.client_key = entry
         return None
 
     @app.after_request
@@ -103,7 +130,7 @@ def install(app: Flask, client_keys: KeyChecker, admin_keys: KeyChecker, max_bod
             allowed = ", ".join(sorted(m for m in (exc.valid_methods or []) if m not in ("HEAD", "OPTIONS")))  # type: ignore[attr-defined]
             message = f"Method {request.method} is not allowed on {request.path}; use {allowed or 'another method'}."
         elif status == 413:
-            return render_error(body_too_large(max_body_bytes))
+            return render_error(body_too_large(current_app.config["MAX_CONTENT_LENGTH"]))
         else:
             message = exc.description or exc.name
         return render_error(ProxyError(status, message, kind_for_status(status)))
@@ -114,6 +141,17 @@ def install(app: Flask, client_keys: KeyChecker, admin_keys: KeyChecker, max_bod
         rid = getattr(g, "request_id", "-")
         return render_error(ProxyError(500, f"Internal error in the proxy (request id {rid}); "
                                             "the proxy's log has the details.", "api_error"))
+
+
+def _refused(err: ProxyError) -> ProxyError:
+    """A completion request refused for its key still ends in one record for the hooks (usage,
+    recent requests: proxy.ops) — under the key's name if it named one, else "-"."""
+    protocol = registry.for_path(request.path)
+    if protocol is not None and request.method == "POST" and request.path == protocol.client.path:
+        record = RequestRecord(g.request_id, client_key_name(), protocol.name, model="", stream=False)
+        record.finish(err.info.status, err.info.kind)
+        current_app.extensions["llm_proxy"].hooks.request_done(record)
+    return err
 
 
 def _preflight() -> Response:
@@ -197,6 +235,11 @@ def relay_response(result: RelayResult) -> Response:
 def client_key_name() -> str:
     """The name of the key this request was let in with (never the key itself)."""
     return str(getattr(g, "client_key_name", "-"))
+
+
+def client_key() -> ClientKey | None:
+    """The client key this request was let in with: its name, the models it may use."""
+    return getattr(g, "client_key", None)
 
 
 def client_socket() -> Any:

@@ -3,13 +3,15 @@
 A package of small modules, each with one owner: `model` (the dataclasses every other module
 receives), `load` (reading the file, `${VAR}` expansion and every check, with messages that name
 the key), `values` (checks on single values), `pool` (an upstream's `pool:` section), `presets`
-(ready-made model tables), `unsupported` (an upstream's `unsupported:` list). The names most code
-needs are re-exported here.
+(ready-made model tables), `unsupported` (an upstream's `unsupported:` list), `observability` (the
+`metrics:` and `logging:` sections), `keys` (the `client_keys` entries: named, maybe restricted to
+some models), `usage` (the `usage:` section). The names most code needs are re-exported here.
 
 Import-light (stdlib + PyYAML): `llm-proxy serve` and `check-config` import it in gunicorn's master
 process, before the gevent worker monkey-patches the standard library.
 """
 
+from proxy.config.keys import ClientKey
 from proxy.config.load import load, parse, parse_account
 from proxy.config.model import (
     Account,
@@ -23,5 +25,5 @@ from proxy.config.model import (
 )
 from proxy.config.values import ConfigError
 
-__all__ = ["Account", "Config", "ConfigError", "ModelRules", "ReasoningOptions", "ResponseStoreConfig", "Streaming",
-           "Timeouts", "Upstream", "load", "parse", "parse_account"]
+__all__ = ["Account", "ClientKey", "Config", "ConfigError", "ModelRules", "ReasoningOptions", "ResponseStoreConfig",
+           "Streaming", "Timeouts", "Upstream", "load", "parse", "parse_account"]

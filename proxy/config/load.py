@@ -19,6 +19,7 @@ import yaml
 
 from proxy.config import presets as model_presets
 from proxy.config import unsupported as unsupported_fields
+from proxy.config.keys import parse_client_keys
 from proxy.config.model import (
     MAX_TOKENS_FIELDS,
     REASONING_CONTROLS,
@@ -32,7 +33,10 @@ from proxy.config.model import (
     Timeouts,
     Upstream,
 )
+from proxy.config.observability import parse_logging, parse_metrics
 from proxy.config.pool import parse_pool
+from proxy.config.state import parse_state
+from proxy.config.usage import parse_usage
 from proxy.config.values import (
     ConfigError,
     bool_,
@@ -79,10 +83,10 @@ def parse(raw: Any, environ: Mapping[str, str] | None = None, source: str = "<me
         {
             "client_keys", "admin_keys", "upstreams", "max_body_bytes", "timeouts", "streaming",
             "model_list_ttl", "trust_env", "log_level", "state_path", "response_store", "max_response_bytes",
-            "proxies", "protocol_plugins",
+            "proxies", "protocol_plugins", "metrics", "logging", "usage", "state",
         },
     )
-    client_keys = keys(top.get("client_keys"), "client_keys", at_least_one=True)
+    client_keys = parse_client_keys(top.get("client_keys"), "client_keys")
     admin_keys = keys(top.get("admin_keys", []), "admin_keys", at_least_one=False)
     timeouts = _timeouts(top.get("timeouts", {}), "timeouts", Timeouts(), top_level=True)
     proxies = () if top.get("proxies") is None else proxy_urls(top["proxies"], "proxies")
@@ -111,10 +115,14 @@ def parse(raw: Any, environ: Mapping[str, str] | None = None, source: str = "<me
         proxies=proxies,
         protocol_plugins=_plugins(top.get("protocol_plugins")),
         log_level=log_level,
+        usage=parse_usage(top.get("usage"), "usage"),
+        state=parse_state(top.get("state"), "state"),
         state_path=None if top.get("state_path", "llm-proxy-state.db") in (None, "", ":memory:")
         else str_(top.get("state_path", "llm-proxy-state.db"), "state_path"),
         source=source,
         deprecated=_deprecated(top),
+        metrics=parse_metrics(top.get("metrics", {})),
+        logging=parse_logging(top.get("logging", {})),
     )
 
 

@@ -9,7 +9,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from proxy.config.keys import ClientKey
+from proxy.config.observability import LoggingConfig, MetricsConfig
 from proxy.config.pool import PoolConfig
+from proxy.config.state import StateConfig
+from proxy.config.usage import UsageConfig
 
 DEFAULT_FIRST_BYTE = 30.0  # a streaming attempt's wait for response headers, unless `read` is shorter
 
@@ -101,7 +105,7 @@ class Upstream:
 
 @dataclass(frozen=True)
 class Config:
-    client_keys: tuple[str, ...] = field(repr=False)
+    client_keys: tuple[ClientKey, ...] = field(repr=False)  # proxy.config.keys: named, maybe restricted
     upstreams: tuple[Upstream, ...]
     admin_keys: tuple[str, ...] = field(default=(), repr=False)
     max_body_bytes: int = 32 * 2**20
@@ -115,7 +119,11 @@ class Config:
     proxies: tuple[str, ...] = field(default=(), repr=False)  # outbound proxies of accounts without their own
     protocol_plugins: tuple[str, ...] = ()  # modules to import that register extra protocols
     log_level: str = "info"
+    usage: UsageConfig = field(default_factory=UsageConfig)
+    state: StateConfig = field(default_factory=StateConfig)  # shared state: sqlite (state_path) or redis
     source: str = "<memory>"
     # Keys this config sets that are still accepted but do nothing, each as one line naming the key
     # and saying so: logged once when the server starts, and printed by `check-config`.
     deprecated: tuple[str, ...] = ()
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)

@@ -24,7 +24,11 @@ is the tool's result, answers in text. Directives in the last user message, writ
   length            stop early with finish_reason "length"
   stop=SEQ          stop early on stop sequence SEQ, reported as vLLM does (`stop_reason: SEQ`)
   words=N           answer length;    pace=MS     delay between chunks (default 30)
-  status=CODE       fail with that HTTP status and an OpenAI error body
+  status=CODE       fail with that HTTP status (400-599) and an OpenAI error body — on the first
+                    account tried only (the first key seen with the request's X-Request-Id), so
+                    the proxy's fail-over shows: its retry on the next account is answered; a 429
+                    carries `Retry-After: 10`
+  status-all=CODE   the same on every account tried
   fail-midstream    an error chunk after a few words, then the connection closes
   drop              close the connection mid-stream, without finish or [DONE]
   quirky            the compatible-server quirks the proxy normalises (see chat passthrough)
@@ -35,6 +39,8 @@ is the tool's result, answers in text. Directives in the last user message, writ
   hang / hang=S     accept the request and send nothing, not even a status line, until the client
                     goes away — or for S seconds, then answer: an upstream stuck before its headers
                     (`timeouts.first_byte`, `timeouts.first_byte_total`)
+An unknown directive, or a value that is not what the directive takes (`[demo:words=abc]`), is a
+`DirectiveError`, which the server answers with a 400 naming it.
 Pure: must not import Flask, requests or gevent.
 """
 
@@ -79,9 +85,24 @@ class Step:
 class Plan:
     status: int = 200
     error: dict[str, Any] | None = None
+    headers: dict[str, str] = field(default_factory=dict)  # of an error answer
     steps: list[Step] = field(default_factory=list)
     body: dict[str, Any] | None = None  # the non-stream answer
     done: bool = True  # end with data: [DONE]
+
+
+class DirectiveError(ValueError):
+    """A directive the demo cannot follow; the message says which and what it takes."""
+
+
+FLAGS = {"reasoning", "require-reasoning", "parallel", "interleave", "empty", "cite", "length", "fail-midstream",
+         "drop", "quirky", "usage-on-finish", "hold", "endless"}
+# name → (what its value must be, may it be left out)
+VALUES = {"tool": ("text", True), "stop": ("text", True), "chain": ("count", True), "words": ("count", True),
+          "pace": ("number", False), "prefill": ("number", False), "pause": ("number", False),
+          "hang": ("number", True), "status": ("status", True), "status-all": ("status", True)}
+_TAKES = {"count": "a whole number, like =20", "number": "a number of {unit}, like =2",
+          "status": "an HTTP error status from 400 to 599, like =429", "text": "a value after ="}
 
 
 def directives(body: dict[str, Any]) -> dict[str, str]:
@@ -89,8 +110,34 @@ def directives(body: dict[str, Any]) -> dict[str, str]:
     for msg in body.get("messages") or []:
         if isinstance(msg, dict) and msg.get("role") in ("user", "system", "developer"):
             for name, value in _DIRECTIVE.findall(_text(msg.get("content"))):
+                _check(name, value)
                 found[name] = value
     return found
+
+
+def _check(name: str, value: str) -> None:
+    if name in FLAGS:
+        return
+    if name not in VALUES:
+        raise DirectiveError(f"[demo:{name}] is not a demo directive; the known ones are "
+                             f"{', '.join(sorted(FLAGS | set(VALUES)))} (proxy/demo/scenarios.py)")
+    kind, optional = VALUES[name]
+    if value == "" and optional:
+        return
+    if kind == "count":
+        ok = value.isdigit()
+    elif kind == "number":
+        try:
+            ok = math.isfinite(float(value)) and float(value) >= 0
+        except ValueError:
+            ok = False
+    elif kind == "status":
+        ok = value.isdigit() and 400 <= int(value) <= 599
+    else:
+        ok = value != ""
+    if not ok:
+        unit = "milliseconds" if name == "pace" else "seconds"
+        raise DirectiveError(f"[demo:{name}={value}]: {name} takes {_TAKES[kind].format(unit=unit)}")
 
 
 def hang_before_headers(body: dict[str, Any]) -> float | None:
@@ -102,13 +149,16 @@ def hang_before_headers(body: dict[str, Any]) -> float | None:
     return float(d["hang"]) if d["hang"] else math.inf
 
 
-def plan(body: dict[str, Any], chat_face: bool = True) -> Plan:
-    """`chat_face`: the request came to the Chat endpoint (the strict reasoning check applies)."""
+def plan(body: dict[str, Any], chat_face: bool = True, first_try: bool = True) -> Plan:
+    """`chat_face`: the request came to the Chat endpoint (the strict reasoning check applies).
+    `first_try`: this is the first account the request was tried on (`status=CODE` fails only that)."""
     d = directives(body)
-    if "status" in d:
-        status = int(d["status"] or 500)
+    failing = "status-all" if "status-all" in d else "status" if "status" in d and first_try else None
+    if failing is not None:
+        status = int(d[failing] or 500)
         return Plan(status=status, error={"error": {"message": f"demo upstream failure {status}",
-                                                    "type": "demo_error", "param": None, "code": str(status)}})
+                                                    "type": "demo_error", "param": None, "code": str(status)}},
+                    headers={"Retry-After": "10"} if status == 429 else {})
     model = str(body.get("model") or "demo-model")
     messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
     strict = chat_face and ("require-reasoning" in d or "strict" in model)

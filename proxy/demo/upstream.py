@@ -33,7 +33,8 @@ that tests use to see what reached the upstream and to steer it:
           | {"wait": true} (until POST /_demo/release?request_id=ID)
 
 Like the real APIs, every endpoint answers 400 to a tool call without its result or a result
-without its call, in the real APIs' words (proxy/demo/strict.py).
+without its call, in the real APIs' words (proxy/demo/strict.py) — and to a directive it cannot
+follow (`[demo:words=abc]`, an unknown name), saying which and what it takes.
 
 Requests are matched to tests by the `X-Request-Id` the proxy forwards.
 """
@@ -73,6 +74,16 @@ class DemoUpstream:
         self.key_faults: dict[str, dict[str, Any]] = {}
         self.scripts: dict[str, list[dict[str, Any]]] = {}
         self.writers: dict[str, Writer] = {}  # the scripted stream of each request id, for its progress
+        self.first_keys: dict[str, str] = {}  # request id → the account key it was first tried with
+
+    def _first_try(self, rid: str, key: str | None) -> bool:
+        """Whether this is the first account a request is tried on: a retry on the next account
+        carries the same request id with another key."""
+        if not rid:
+            return True
+        if rid not in self.first_keys and len(self.first_keys) >= 5000:
+            del self.first_keys[next(iter(self.first_keys))]  # the oldest
+        return self.first_keys.setdefault(rid, key or "") == (key or "")
 
     def __call__(self, req: HTTPRequest, w: Writer) -> None:
         if req.path.startswith("/_demo/"):
@@ -114,9 +125,12 @@ class DemoUpstream:
             data = [{"id": m, "object": "model", "created": 1735689600, "owned_by": "demo"} for m in MODELS]
             return w.response(200, _json({"object": "list", "data": data}))
         if req.method == "POST" and req.path.endswith("/chat/completions"):
-            return self._chat(req, w, record, rid)
+            try:
+                return self._chat(req, w, record, rid, self._first_try(rid, key))
+            except scenarios.DirectiveError as exc:
+                return w.response(400, _json(_error(f"demo upstream: {exc}", code="invalid_directive")))
         if req.method == "POST" and req.path.endswith(("/messages", "/responses")):
-            return self._face(req.path, w, record, rid)
+            return self._face(req.path, w, record, rid, self._first_try(rid, key))
         if req.method == "DELETE" and "/responses/" in req.path:
             deleted = req.path.rsplit("/", 1)[-1]
             return w.response(200, _json({"id": deleted, "object": "response", "deleted": True}))
@@ -124,7 +138,7 @@ class DemoUpstream:
 
     # ------------------------------------------------------------ completions
 
-    def _chat(self, req: HTTPRequest, w: Writer, record: dict[str, Any], rid: str) -> None:
+    def _chat(self, req: HTTPRequest, w: Writer, record: dict[str, Any], rid: str, first_try: bool) -> None:
         body = record["body"]
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
             return w.response(400, _json(_error("body must be a JSON object with messages")))
@@ -134,9 +148,9 @@ class DemoUpstream:
         hang = scenarios.hang_before_headers(body)
         if hang is not None:
             self._hang(hang, w, rid)
-        plan = scenarios.plan(body)
+        plan = scenarios.plan(body, first_try=first_try)
         if plan.error is not None:
-            return w.response(plan.status, _json(plan.error))
+            return w.response(plan.status, _json(plan.error), headers=plan.headers)
         if not body.get("stream"):
             return w.response(200, _json(plan.body))
         w.start_stream()
@@ -146,7 +160,7 @@ class DemoUpstream:
             self.disconnects.setdefault(rid, Event()).set()
             raise
 
-    def _face(self, path: str, w: Writer, record: dict[str, Any], rid: str) -> None:
+    def _face(self, path: str, w: Writer, record: dict[str, Any], rid: str, first_try: bool) -> None:
         """The same model behind another protocol's endpoint (see proxy/demo/faces.py)."""
         face_class = faces.FACES["/messages" if path.endswith("/messages") else "/responses"]
         body = record["body"]
@@ -158,15 +172,18 @@ class DemoUpstream:
             if problem is not None:
                 return w.response(400, _json(problem))
             face = face_class(body)
+            hang = scenarios.hang_before_headers(face.chat_body())
         except ProxyError as exc:
             return w.response(exc.info.status, _json(face_class.error_body(exc.info)))
-        hang = scenarios.hang_before_headers(face.chat_body())
+        except scenarios.DirectiveError as exc:
+            info = ErrorInfo("invalid_request", f"demo upstream: {exc}", 400)
+            return w.response(400, _json(face_class.error_body(info)))
         if hang is not None:
             self._hang(hang, w, rid)
-        plan = scenarios.plan(face.chat_body(), chat_face=False)
+        plan = scenarios.plan(face.chat_body(), chat_face=False, first_try=first_try)
         if plan.error is not None:
             info = ErrorInfo(kind_for_status(plan.status), plan.error["error"]["message"], plan.status)
-            return w.response(plan.status, _json(face.error_body(info)))
+            return w.response(plan.status, _json(face.error_body(info)), headers=plan.headers)
         if not body.get("stream"):
             return w.response(200, _json(face.whole(plan.body or {})))
         w.start_stream()

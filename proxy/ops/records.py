@@ -32,6 +32,8 @@ class AttemptRecord:
     klass: str  # "ok" or the pool's failure class (proxy.pool.classify)
     action: str  # what was done about it (retry on the next account, cool, disable, fail, stream, return)
     elapsed_s: float
+    request: RequestRecord | None = None  # the request this attempt serves (who asked, for which model)
+    dropped: dict[str, int] | None = None  # what the client's encoder had left out by then (reasoning: 2)
 
 
 @dataclass(slots=True)

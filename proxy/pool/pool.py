@@ -3,7 +3,9 @@ taught us, and keeping the record of changes the store shares with other workers
 and their outbound proxies' (`proxy.pool.proxies`): an account whose proxies are all cooling is
 out of rotation until one may be tried again.
 
-Owns the in-memory state of this worker's view of the pool. Safe under gevent and threads: every
+Owns the in-memory state of this worker's view of the pool; which accounts it has — the file's,
+the overlay of runtime additions and removals, and how a reload reconciles them — follows
+`proxy.pool.membership`. Safe under gevent and threads: every
 method takes a short lock and never blocks inside it. Nothing here does IO — the sync greenlet
 (`proxy.upstream.keeper`) moves `pending()` changes to the store and `apply_remote` brings others' in.
 """
@@ -21,6 +23,7 @@ from proxy.config import Account, Upstream
 from proxy.ir.response import Usage
 from proxy.pool import selection
 from proxy.pool.classify import Classifier, Verdict, cooldown_until, rule
+from proxy.pool.membership import account_from_runtime, reconcile, removed_from_file, runtime_config
 from proxy.pool.proxies import ProxyBoard, ProxyState, proxy_id
 from proxy.pool.state import ACTIVE, COOLING, DISABLED, AccountState
 from proxy.pool.store import AccountRecord, CounterDelta, ProxyRecord
@@ -38,11 +41,13 @@ class Lease:
     def account(self) -> Account:
         return self.state.account
 
-    def release(self, failure: str | None = None, usage: Usage | None = None) -> None:
+    def release(self, failure: str | None = None, usage: Usage | None = None, error: str | None = None) -> None:
+        """`failure` is the attempt's failure class (None: it served); `error` what went wrong, in
+        words with no secret in them (the upstream's message, scrubbed), kept as the account's last error."""
         if self._released:
             return
         self._released = True
-        self._pool._release(self.state, failure, usage)
+        self._pool._release(self.state, failure, usage, error)
 
 
 @dataclass
@@ -63,7 +68,7 @@ class AccountPool:
                  rng: random.Random | None = None) -> None:
         self.upstream = upstream
         self.settings = upstream.pool
-        self.classifier = Classifier([rule(r.statuses, r.match, r.klass, r.action) for r in upstream.pool.rules])
+        self.classifier = _classifier(upstream)
         self._clock = clock
         self._rng = rng or random.Random()
         self._lock = threading.Lock()
@@ -102,13 +107,15 @@ class AccountPool:
             delta.last_used = now
             return Lease(self, chosen)
 
-    def _release(self, state: AccountState, failure: str | None, usage: Usage | None) -> None:
+    def _release(self, state: AccountState, failure: str | None, usage: Usage | None, error: str | None) -> None:
         with self._lock:
             state.in_flight -= 1
             delta = self._delta(state.id)
             if failure is not None:
                 state.failures[failure] = state.failures.get(failure, 0) + 1
                 delta.failures[failure] = delta.failures.get(failure, 0) + 1
+                if failure != "client_gone":  # the client left: nothing went wrong with the account
+                    state.last_error = {"class": failure, "message": error, "at": self._clock()}
             if usage is not None:
                 state.tokens_in += usage.input_tokens
                 state.tokens_out += usage.output_tokens
@@ -245,6 +252,30 @@ class AccountPool:
         self._notify()
         return True
 
+    def reconfigure(self, upstream: Upstream) -> None:
+        """A reloaded config's version of this upstream: its settings, and its accounts as the file
+        now lists them with the overlay's additions (proxy.pool.membership). Leases out now end
+        on the states they hold."""
+        with self._lock:
+            self.upstream, self.settings, self.classifier = upstream, upstream.pool, _classifier(upstream)
+            changed, dropped = reconcile(upstream.accounts, self._states, self._runtime, self._removed)
+            # Dropped from the file is not "removed at runtime": the store must not remember it so.
+            self._changed = (self._changed - dropped) | changed
+            for state in self._states.values():
+                self._proxies.know(self.proxies_of(state.account))
+        if changed:
+            self._notify()
+
+    def overlay(self) -> tuple[list[str], list[str]]:
+        """The overlay on the file: (ids added at runtime, the file's ids deleted at runtime)."""
+        with self._lock:
+            return list(self._runtime), removed_from_file(self.upstream.accounts, self._removed)
+
+    def busy(self) -> bool:
+        """A lease is out on one of its accounts."""
+        with self._lock:
+            return any(s.in_flight for s in self._states.values())
+
     # ------------------------------------------------------------ views and sync
 
     def states(self) -> list[AccountState]:
@@ -319,16 +350,8 @@ class AccountPool:
         return delta
 
 
-def runtime_config(account: Account) -> dict[str, Any]:
-    return {"id": account.id, "api_key": account.api_key, "weight": account.weight, "balance": account.balance,
-            "proxy": list(account.proxies) or None, "max_concurrency": account.max_concurrency}
-
-
-def account_from_runtime(config: Mapping[str, Any]) -> Account:
-    proxy = config.get("proxy") or ()
-    return Account(id=str(config["id"]), api_key=str(config["api_key"]), weight=float(config.get("weight") or 1.0),
-                   balance=config.get("balance"), proxies=(proxy,) if isinstance(proxy, str) else tuple(proxy),
-                   max_concurrency=config.get("max_concurrency"))
+def _classifier(upstream: Upstream) -> Classifier:
+    return Classifier([rule(r.statuses, r.match, r.klass, r.action) for r in upstream.pool.rules])
 
 
 def _to_record(upstream: str, state: AccountState, runtime: dict[str, Any] | None) -> AccountRecord:

@@ -34,6 +34,9 @@ class AccountState:
     last_used: float = 0.0
     # this worker only
     in_flight: int = 0
+    # the latest failed attempt on this worker: {"class", "message", "at"} — what the status page
+    # shows beside `reason`, which only says why the account is out of rotation (if it is)
+    last_error: dict[str, Any] | None = None
 
     @property
     def id(self) -> str:
@@ -79,4 +82,5 @@ class AccountState:
             "weight": self.account.weight, "balance": self.balance, "max_concurrency": self.account.max_concurrency,
             "requests": self.requests, "failures": dict(self.failures), "in_flight": self.in_flight,
             "last_used": self.last_used or None, "tokens_in": self.tokens_in, "tokens_out": self.tokens_out,
+            "last_error": dict(self.last_error) if self.last_error else None,
         }

@@ -7,8 +7,9 @@ take), sending it through the transport, judging the status *before* any byte re
 (the pool's classification says whether another account may do better, and cools or disables
 this one), and turning a good answer into the client's: a stream handed to the streaming engine,
 or one body translated whole. Every way an attempt ends releases its lease exactly once (a stream
-releases it when it closes) and logs one line: request id, upstream, account, status, class,
-action, elapsed ms.
+releases it when it closes) and is told to the hooks as one `AttemptRecord` — request id, upstream,
+account, status, class, action, elapsed time — which `proxy.ops.log_lines` writes as the attempt's
+log line: the relay states facts and formats no line about an attempt.
 
 Must not choose the account or the route, nor decide whether to try again (the loop's, which is
 told by `NextAccount`), nor read a socket (the transport's); translates nothing itself (the codecs').
@@ -128,7 +129,7 @@ class Attempt:
                               action="proxy") from None
         except UpstreamNetworkError as exc:
             self._log("-", f"{NETWORK_CLASS}:{exc.cause}", NETWORK_ACTION)
-            lease.release(failure=NETWORK_CLASS)
+            lease.release(failure=NETWORK_CLASS, error=exc.info.message)
             waited = header_wait if exc.cause == "header_timeout" else None
             raise NextAccount(exc.info, network=True, tried=Tried(upstream.name, waited, exc.cause)) from None
 
@@ -175,7 +176,8 @@ class Attempt:
 
         def on_close(outcome: StreamOutcome) -> None:
             failure = "client_gone" if outcome.client_gone else (outcome.error.kind if outcome.error else None)
-            lease.release(failure=failure, usage=outcome.usage)
+            lease.release(failure=failure, usage=outcome.usage,
+                          error=outcome.error.message if outcome.error and not outcome.client_gone else None)
             end = "client disconnected" if outcome.client_gone else ("in-band error" if outcome.error else "ok")
             log.info("stream end rid=%s upstream=%s account=%s frames=%d result=%s elapsed_ms=%d%s",
                      ex.request_id, route.upstream.name, lease.account.id, outcome.frames, end,
@@ -249,8 +251,8 @@ class Attempt:
 
     def _judge(self, verdict: Verdict, info: ErrorInfo, headers: Mapping[str, str]) -> None:
         """Account for a failed attempt and carry out the verdict; raise NextAccount unless it is `fail`."""
-        self.lease.release(failure=verdict.klass)
         reason = f"{verdict.klass}: HTTP {info.status}: {info.message[:200]}"
+        self.lease.release(failure=verdict.klass, error=reason)
         self.pool.apply(self.lease, verdict, reason, headers)
         self._log(info.status, verdict.klass, verdict.action)
         if verdict.action != "fail":
@@ -258,18 +260,17 @@ class Attempt:
                               tried=Tried(self.route.upstream.name, None, f"HTTP {info.status}"))
 
     def _log(self, status: Any, klass: str, action: str) -> None:
-        """The attempt's one log line, and the same for the hooks; the request's record learns
-        where its latest attempt went."""
+        """The attempt, for the hooks — its log line among them (proxy.ops.log_lines); the request's
+        record learns where its latest attempt went."""
         ex, upstream, account = self.ex, self.route.upstream.name, self.lease.account.id
         elapsed = self.relay.clock() - self.started
-        log.info("attempt rid=%s upstream=%s account=%s status=%s class=%s action=%s elapsed_ms=%d%s",
-                 ex.request_id, upstream, account, status, klass, action, elapsed * 1000, _dropped(ex))
         if self.record is not None:
             record = self.record
             record.upstream, record.account, record.upstream_model = upstream, account, self.route.model
             record.attempts += 1
         self.relay.hooks.attempt(AttemptRecord(ex.request_id, upstream, account,
-                                               status if isinstance(status, int) else None, klass, action, elapsed))
+                                               status if isinstance(status, int) else None, klass, action, elapsed,
+                                               self.record, dict(ex.dropped) if ex.dropped else None))
 
 
 def _dropped(ex: Exchange) -> str:

@@ -7,7 +7,13 @@ CPU in the benchmark. Here the fields are computed when the format asks for them
 beyond the common ones falls back to gunicorn's full set, so a custom `access_log_format` keeps
 working unchanged.
 
-Imported by gunicorn's master before any monkey-patching: stdlib and gunicorn only.
+`JsonProxyLogger` is the logger class under `logging.format: json` (chosen by
+proxy/serving/observability.py): gunicorn's own lines become JSON objects (proxy.logs.JsonFormatter),
+and the access line is one too — HTTP fields, and for a completion request its record's fields
+(proxy.ops.log_lines: client key name, model, upstream, account, outcome, timings, tokens).
+
+Imported by gunicorn's master before any monkey-patching: stdlib, gunicorn and proxy.logs only (the
+record's fields are read in the worker, where the app has been imported).
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from gunicorn import glogging
+
+from proxy import logs
 
 
 class _Atoms(Mapping[str, Any]):
@@ -38,6 +46,8 @@ class _Atoms(Mapping[str, Any]):
             value = _header(resp.headers, key[1:-2])
         elif key.endswith("}i") and key.startswith("{"):
             value = _header(getattr(req, "headers", ()), key[1:-2])
+        elif key.endswith("}e") and key.startswith("{"):  # the client key's name is one (proxy.blueprints.http)
+            value = _environ(environ, key[1:-2])
         else:
             return self._everything()[key]
         return value.replace('"', '\\"') if isinstance(value, str) else value
@@ -63,6 +73,14 @@ def _header(headers: Any, name: str) -> str:
     return "-"
 
 
+def _environ(environ: dict[str, Any], name: str) -> Any:
+    value = environ.get(name)
+    if value is None:  # gunicorn's lookup is case-insensitive
+        name = name.lower()
+        value = next((v for k, v in environ.items() if k.lower() == name), "-")
+    return value
+
+
 def _status(resp: Any) -> str:
     status = resp.status
     return status.split(None, 1)[0] if isinstance(status, str) else str(status)
@@ -86,3 +104,44 @@ class ProxyLogger(glogging.Logger):
             self.access_log.info(self.cfg.access_log_format, _Atoms(self, resp, req, environ, request_time))
         except Exception:
             self.error(traceback.format_exc())
+
+
+class JsonProxyLogger(ProxyLogger):
+    """gunicorn's logger with every line a JSON object (`logging.format: json`)."""
+
+    def setup(self, cfg: Any) -> None:
+        super().setup(cfg)
+        for handler in (*self.error_log.handlers, *self.access_log.handlers):
+            handler.setFormatter(logs.JsonFormatter())
+        # The master logs too before any worker exists (checking the config, say): in JSON as well.
+        logs.configure("info", "json")
+
+    def access(self, resp: Any, req: Any, environ: dict[str, Any], request_time: Any) -> None:
+        if not self.access_log_enabled:
+            return
+        try:
+            fields: dict[str, Any] = {
+                "request_id": _header(resp.headers, "x-request-id"), "remote_addr": environ.get("REMOTE_ADDR"),
+                "method": environ.get("REQUEST_METHOD"), "path": environ.get("RAW_URI"),
+                "status": int(_status(resp)), "bytes": getattr(resp, "sent", None),
+                "elapsed_ms": round(request_time.total_seconds() * 1000, 1),
+                "user_agent": environ.get("HTTP_USER_AGENT"),
+            }
+            record = environ.get("llm_proxy.record")  # proxy.ops.log_lines.ENVIRON_KEY
+            if record is None:
+                self._write(fields, None)
+                return
+            from proxy.ops.log_lines import when_done  # in the worker: the app is loaded
+
+            # A stream's record closes when gunicorn closes its body, just after this call.
+            when_done(record, lambda: self._write(fields, record))
+        except Exception:
+            self.error(traceback.format_exc())
+
+    def _write(self, fields: dict[str, Any], record: Any) -> None:
+        if record is not None:
+            from proxy.ops.log_lines import request_fields
+
+            fields.update(request_fields(record))
+        self.access_log.info("%s %s %s", fields["method"], fields["path"], fields["status"],
+                             extra={"event": "access", "fields": fields})

@@ -1,26 +1,41 @@
 """The Flask application factory: config in, a ready WSGI app out.
 
 Owns wiring — the upstream HTTP session, one account pool per upstream with its state store and
-keeper, the router, the relay, the model catalog, the response store, the HTTP edge hooks and the
-blueprints — and nothing else. Called once per
+keeper, the router, the relay, the model catalog, the key checkers, the response store, the HTTP
+edge hooks and the blueprints — and nothing else. Called once per
 gunicorn worker, after fork and after gevent has patched the standard library, so every lock,
 session and greenlet here belongs to that worker.
+
+The app's state is one `AppState`. What is built from the config (`config_parts`) is built again
+by a reload and swapped in whole (proxy.serving.reconfigure); the rest — the hooks, the response
+store, the keeper and its store — lives as long as the worker. Every request reads the state once,
+when it starts, and keeps what it read to its end.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
+from typing import Any
 
 from flask import Flask
 
 from proxy import config as config_module
 from proxy import logs
-from proxy.blueprints import admin, http, messages, models, responses
+from proxy.blueprints import admin, admin_status, http, messages, models, readiness, responses, status_page, usage
+from proxy.blueprints import metrics as metrics_endpoint
+from proxy.blueprints import reload as reload_endpoints
 from proxy.blueprints.auth import KeyChecker
 from proxy.blueprints.completions import completions_blueprint
 from proxy.config import Config
 from proxy.ops.hooks import HookSet
+from proxy.ops.log_lines import LogLines
+from proxy.ops.metrics import LiveGauges, Metrics
+from proxy.ops.recent import RecentRequests
+from proxy.ops.usage import UsageAccounting
+from proxy.ops.usage_store import open_usage_store
+from proxy.ops.usage_writer import UsageWriter
 from proxy.pool.pool import AccountPool
 from proxy.pool.store import MemoryStore, SQLiteStore, StateStore
 from proxy.protocols import registry
@@ -28,6 +43,8 @@ from proxy.protocols.responses.store import ResponseStore
 from proxy.relay.loop import Relay
 from proxy.relay.transport import HTTPTransport
 from proxy.routing import Router
+from proxy.serving import master
+from proxy.serving.reconfigure import Reloader
 from proxy.upstream.catalog import Catalog
 from proxy.upstream.client import UpstreamClient
 from proxy.upstream.keeper import PoolKeeper
@@ -42,37 +59,94 @@ class AppState:
     pools: dict[str, AccountPool]
     response_store: ResponseStore
     keeper: PoolKeeper
+    client_keys: KeyChecker
+    admin_keys: KeyChecker
+    client: UpstreamClient
+    usage: UsageWriter | None  # the usage rows and recent requests, to the state store; None: usage.enabled false
+    live: LiveGauges  # streams open and workers alive, over the instance's workers
+    # Which config this is: its file, when this worker loaded it, and how many reloads the host
+    # (gunicorn's master) has accepted before it — the same number in every worker once all reloaded.
+    config_source: str | None = None
+    config_loaded_at: float = 0.0
+    config_generation: int = 1
+    metrics: Metrics | None = None  # None: metrics.enabled is false
 
 
 def create_app(config: Config | None = None, start_background: bool = True) -> Flask:
+    generation = 1
     if config is None:
-        path = os.environ.get("LLM_PROXY_CONFIG")
-        if not path:
-            raise config_module.ConfigError("", "set LLM_PROXY_CONFIG to the path of the YAML config file")
-        config = config_module.load(path)
-    logs.configure(config.log_level)
+        # A worker gunicorn forks gets the config its master checked last (at start or at a
+        # reload), so a file edited into an invalid state since cannot stop a worker from booting.
+        accepted = master.accepted()
+        if accepted is not None:
+            config, generation = accepted
+        else:
+            path = os.environ.get("LLM_PROXY_CONFIG")
+            if not path:
+                raise config_module.ConfigError("", "set LLM_PROXY_CONFIG to the path of the YAML config file")
+            config = config_module.load(path)
+    logs.configure(config.log_level, config.logging.format)
     config = registry.resolve(config)  # every upstream's protocol by its name; plugins imported
     client = UpstreamClient(trust_env=config.trust_env)
-    pools = {u.name: AccountPool(u) for u in config.upstreams}
     store: StateStore = SQLiteStore(config.state_path) if config.state_path else MemoryStore()
-    keeper = PoolKeeper(pools, store, client)
-    keeper.load()  # states, counters and runtime accounts from before a restart
+    keeper = PoolKeeper({}, store, client)
+    hooks = HookSet([LogLines()])  # the operators' concerns plug in here (proxy.ops)
+    usage_writer = None
+    if config.usage.enabled:
+        usage_writer = UsageWriter(open_usage_store(config.state_path), config.usage.retention_days)
+        hooks.add(RecentRequests(usage_writer))  # before usage: its entry rides along with the usage commit
+        hooks.add(UsageAccounting(usage_writer))
+    live = LiveGauges()
+    hooks.add(live)
+
+    def served(model: str) -> bool:
+        """Whether the router serves `model` (what earns it a metric label of its own) — the router
+        of the config served now, so a reload's models count from then on."""
+        return bool(app.extensions["llm_proxy"].relay.router.resolve(model))
+
+    metrics = Metrics(live, served) if config.metrics.enabled else None
+    if metrics is not None:
+        hooks.add(metrics)
+    parts = config_parts(config, keeper, client, hooks)  # states, counters and runtime accounts from before a restart
     if start_background:
         keeper.start()
-    secrets = tuple(a.api_key for u in config.upstreams for a in u.accounts)
-    hooks = HookSet()  # the operators' concerns plug in here (proxy.ops)
-    relay = Relay(config, Router(config.upstreams), pools, HTTPTransport(client, pools), secrets, hooks=hooks)
     responses_store = ResponseStore(config.response_store.max_entries, config.response_store.ttl)
-    state = AppState(config=config, relay=relay, catalog=Catalog(config, pools, client), pools=pools,
-                     response_store=responses_store, keeper=keeper, hooks=hooks)
+    source = config.source if config.source != "<memory>" else None
+    state = AppState(**parts, response_store=responses_store, keeper=keeper, hooks=hooks, client=client,
+                     usage=usage_writer, live=live, metrics=metrics, config_source=source, config_loaded_at=time.time(),
+                     config_generation=generation)
 
     app = Flask("proxy")
     app.extensions["llm_proxy"] = state
-    http.install(app, KeyChecker(config.client_keys), KeyChecker(config.admin_keys), config.max_body_bytes)
+    app.extensions["llm_proxy_reload"] = Reloader(app)
+    http.install(app)
     for protocol in registry.all_protocols():  # each protocol's endpoint, plugins' included
         app.register_blueprint(completions_blueprint(protocol))
     app.register_blueprint(messages.bp)
     app.register_blueprint(responses.bp)
     app.register_blueprint(models.bp)
     app.register_blueprint(admin.bp)
+    app.register_blueprint(metrics_endpoint.bp)
+    app.register_blueprint(admin_status.bp)
+    app.register_blueprint(readiness.bp)
+    app.register_blueprint(reload_endpoints.bp)
+    app.register_blueprint(usage.bp)
+    app.register_blueprint(status_page.bp)
     return app
+
+
+def config_parts(config: Config, keeper: PoolKeeper, client: UpstreamClient, hooks: HookSet,
+                 reload: bool = False) -> dict[str, Any]:
+    """The `AppState` fields built from the config: its pools (the keeper's own where the upstream
+    is still configured, so leases out and `max_concurrency` stay right; a reload reconciles each
+    with the file, proxy.pool.membership), the router and relay, the catalog and the key checkers."""
+    pools = {u.name: keeper.pools.get(u.name) or AccountPool(u) for u in config.upstreams}
+    keeper.adopt(pools)  # a new pool takes in what the store holds for its upstream
+    if reload:
+        for upstream in config.upstreams:
+            pools[upstream.name].reconfigure(upstream)
+    keeper.client = client
+    secrets = tuple(a.api_key for u in config.upstreams for a in u.accounts)
+    relay = Relay(config, Router(config.upstreams), pools, HTTPTransport(client, pools), secrets, hooks=hooks)
+    return {"config": config, "relay": relay, "catalog": Catalog(config, pools, client), "pools": pools,
+            "client_keys": KeyChecker(config.client_keys), "admin_keys": KeyChecker(config.admin_keys)}

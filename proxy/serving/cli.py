@@ -3,7 +3,8 @@
 Owns the command line: validating the config before anything starts (an invalid config exits
 with status 2 and one line naming the key and the problem — no traceback), starting gunicorn
 with the settings in `proxy.serving.settings`, and for `demo`, starting the simulated upstream beside
-the proxy and printing how to talk to it.
+the proxy, with an admin key of its own, and printing how to talk to both. The startup summary
+both commands print is `proxy.serving.master`'s, as for a plain gunicorn.
 
 Import-light on purpose: this process becomes gunicorn's master, and the gevent workers it
 forks must monkey-patch the standard library before Flask or requests are imported.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -21,8 +23,10 @@ import textwrap
 from typing import Any
 
 from proxy import __version__
-from proxy.config import Config, ConfigError, load
+from proxy.config import ConfigError
 from proxy.protocols import registry
+from proxy.serving import master
+from proxy.serving.config_check import checked as load_checked
 from proxy.serving.settings import settings as gunicorn_settings
 
 DEMO_CLIENT_KEY = "sk-demo"
@@ -36,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     serve = sub.add_parser("serve", help="run the proxy with gunicorn + gevent")
     serve.add_argument("--config", required=True, help="YAML config file")
     serve.add_argument("--bind", default=None, help="HOST:PORT to listen on (default 127.0.0.1:8080)")
-    serve.add_argument("--workers", type=int, default=None, help="gevent worker processes (default 1)")
+    serve.add_argument("--workers", type=_at_least_one, default=None, help="gevent worker processes (default 1)")
 
     demo = sub.add_parser("demo", help="run the proxy in front of a built-in simulated upstream")
     demo.add_argument("--bind", default="127.0.0.1:8080", help="HOST:PORT for the proxy (default 127.0.0.1:8080)")
@@ -56,9 +60,14 @@ def main(argv: list[str] | None = None) -> int:
     return _demo(args.bind, args.upstream_protocol)
 
 
-def load_checked(path: str) -> Config:
-    """The config at `path`, with every upstream's protocol checked against the registry."""
-    return registry.resolve(load(path))
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number (got {text!r})") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (got {value}): with no worker nothing would serve")
+    return value
 
 
 def _check(path: str) -> int:
@@ -106,6 +115,7 @@ def _run_gunicorn(options: dict[str, Any]) -> None:
 
 def _demo(bind: str, upstream_protocol: str = "chat_completions") -> int:
     upstream_protocol = registry.canonical(upstream_protocol) or upstream_protocol
+    admin_key = "sk-demo-admin-" + secrets.token_hex(8)  # the admin API can change the pool: not a fixed key
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
     upstream = subprocess.Popen(
@@ -116,11 +126,17 @@ def _demo(bind: str, upstream_protocol: str = "chat_completions") -> int:
     with tempfile.TemporaryDirectory(prefix="llm-proxy-demo-") as tmp:
         path = os.path.join(tmp, "demo.yaml")
         with open(path, "w", encoding="utf-8") as fh:
-            fh.write(demo_config(f"http://127.0.0.1:{port}/v1", os.path.join(tmp, "state.db"), upstream_protocol))
+            fh.write(demo_config(f"http://127.0.0.1:{port}/v1", os.path.join(tmp, "state.db"), upstream_protocol,
+                                 admin_key))
         os.environ["LLM_PROXY_CONFIG"] = path
         options = gunicorn_settings(bind=bind, workers=1)
-        # Print the instructions once the socket is listening, so they are true when they appear.
-        options["when_ready"] = lambda _server: print(banner(bind, upstream_protocol), flush=True)
+
+        def when_ready(server: Any) -> None:
+            # Printed once the socket is listening, so the instructions are true when they appear.
+            master.when_ready(server)
+            print(banner(bind, upstream_protocol, admin_key, f"http://127.0.0.1:{port}/v1"), flush=True)
+
+        options["when_ready"] = when_ready
         try:
             _run_gunicorn(options)
         finally:
@@ -129,8 +145,10 @@ def _demo(bind: str, upstream_protocol: str = "chat_completions") -> int:
     return 0
 
 
-def demo_config(upstream_url: str, state_path: str, upstream_protocol: str = "chat_completions") -> str:
-    return textwrap.dedent(f"""\
+def demo_config(upstream_url: str, state_path: str, upstream_protocol: str = "chat_completions",
+                admin_key: str | None = None) -> str:
+    admin = f"admin_keys: [{admin_key}]\n" if admin_key else ""
+    return admin + textwrap.dedent(f"""\
         client_keys: [{DEMO_CLIENT_KEY}]
         state_path: {state_path}
         upstreams:
@@ -143,7 +161,8 @@ def demo_config(upstream_url: str, state_path: str, upstream_protocol: str = "ch
         """)
 
 
-def banner(bind: str, upstream_protocol: str = "chat_completions") -> str:
+def banner(bind: str, upstream_protocol: str = "chat_completions", admin_key: str = "",
+           upstream_url: str = "") -> str:
     host, _, port = bind.rpartition(":")
     host = "127.0.0.1" if host in ("", "0.0.0.0") else host.strip("[]")
     root = f"http://{host}:{port}"
@@ -154,6 +173,14 @@ def banner(bind: str, upstream_protocol: str = "chat_completions") -> str:
           Base URL:    {root}/v1
           Client key:  {DEMO_CLIENT_KEY}
           Models:      any name works (try demo-model); GET {root}/v1/models lists some
+          Admin key:   {admin_key}
+          Status page: {root}/admin/ (sign in with the admin key)
+          Upstream:    {upstream_url} (simulated, two accounts: demo-1, demo-2)
+                       run it alone: python -m proxy.demo --port 9000
+
+        The pool's accounts, as the admin API shows them:
+
+          curl {root}/admin/accounts -H 'Authorization: Bearer {admin_key}'
 
         curl (watch the answer arrive word by word):
 
@@ -180,7 +207,8 @@ def banner(bind: str, upstream_protocol: str = "chat_completions") -> str:
                   print(text, end="", flush=True)
 
         Put [demo:reasoning], [demo:parallel] (with tools), [demo:length] or [demo:status=429] in a
-        message to see reasoning, parallel tool calls, truncation or an upstream error. Ctrl-C stops.
+        message to see reasoning, parallel tool calls, truncation, or an account failing over: the
+        first account tried answers 429, cools for 10s, and the next one answers. Ctrl-C stops.
         """)
 
 

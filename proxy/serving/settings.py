@@ -1,10 +1,13 @@
-"""Gunicorn settings, shared by `gunicorn.conf.py` and by `llm-proxy serve` / `llm-proxy demo`.
+"""Gunicorn settings, shared by the packaged gunicorn config (`proxy.serving.gunicorn_conf`, which
+the repository's `gunicorn.conf.py` imports) and by `llm-proxy serve` / `llm-proxy demo`.
 
 Owns how the service runs: gevent workers (one by default — a single gevent worker holds
 hundreds of streams, and in-memory state such as the response store stays consistent), worker
 timeouts that never kill a healthy long stream (the gevent worker heartbeats from its own
 greenlet, so only a worker whose event loop is blocked for `timeout` seconds is killed), a
-graceful shutdown that lets in-flight streams finish, and room for many open connections.
+graceful shutdown that lets in-flight streams finish, and room for many open connections. What
+the master does for the proxy — checks before any worker starts, the config reload on SIGHUP, the
+control socket, the startup summary — is `proxy.serving.master`'s; its hooks are wired here.
 
 Must stay import-light — stdlib only. It is imported in gunicorn's master process, before the
 gevent worker monkey-patches the standard library; importing Flask, requests or ssl here would
@@ -14,13 +17,16 @@ defeat that. The app itself is imported by each worker (`preload_app` stays off)
 from __future__ import annotations
 
 import json
-import logging
 import os
 import resource
-import sys
 from typing import Any
 
-ACCESS_LOG_FORMAT = '%(h)s "%(r)s" %(s)s %(B)s %(M)sms rid=%({x-request-id}o)s ua="%(a)s"'
+from proxy.serving import master
+from proxy.serving.observability import with_metrics_and_log_format
+
+# key= is the name of the client (or admin) key the request presented — never the key itself.
+ACCESS_LOG_FORMAT = ('%(h)s "%(r)s" %(s)s %(B)s %(M)sms key=%({llm_proxy.client_key}e)s rid=%({x-request-id}o)s '
+                     'ua="%(a)s"')
 
 
 def _raise_fd_limit(worker: Any) -> None:
@@ -57,40 +63,28 @@ def _prepare_worker(worker: Any) -> None:
     util.write_error = _write_json_http_error  # the base worker calls util.write_error by module lookup
 
 
-def _check_config(server: Any) -> None:
-    """Before any worker starts: an invalid config stops gunicorn with status 2 and one line naming
-    the key and the problem, as `llm-proxy serve` does — not a traceback from every booting worker.
-    A key that is accepted but does nothing is said here, once per server start (not per worker)."""
-    from proxy import logs
-    from proxy.config import ConfigError, load  # import-light: stdlib and PyYAML
-    from proxy.protocols import registry  # the codecs: pure Python, no Flask, requests or gevent
-
-    path = os.environ.get("LLM_PROXY_CONFIG")
-    try:
-        if not path:
-            raise ConfigError("", "set LLM_PROXY_CONFIG to the path of the YAML config file")
-        config = load(path)
-        logs.configure(config.log_level)  # this process's lines in the workers' format
-        registry.resolve(config)
-    except ConfigError as exc:
-        print(f"llm-proxy: config error: {exc}", file=sys.stderr, flush=True)
-        sys.exit(2)
-    for note in config.deprecated:
-        logging.getLogger("proxy.config").warning("%s", note)
+def _hold_reloads(server: Any, worker: Any) -> None:
+    """In a worker just forked: a config reload signalled now is kept for later (proxy.serving.worker)."""
+    hold = getattr(worker, "hold_reloads", None)
+    if hold is not None:
+        hold(server)
 
 
 def _flush_pool_state(server: Any, worker: Any) -> None:
-    """A worker is exiting (SIGTERM, restart): write its pool changes and counters to the store."""
+    """A worker is exiting (SIGTERM, restart): write its pool changes, counters and usage to the store."""
+    from proxy.ops.usage_writer import flush_all
     from proxy.upstream.keeper import stop_all  # in the worker, where the app (and gevent) are loaded
 
     stop_all()
+    flush_all()  # usage still queued (normally none: each request's is written before it ends)
 
 
 def settings(bind: str | None = None, workers: int | None = None) -> dict[str, Any]:
     env = os.environ
-    return {
+    return with_metrics_and_log_format({
         "bind": [bind or env.get("LLM_PROXY_BIND", "127.0.0.1:8080")],
-        "workers": workers or int(env.get("LLM_PROXY_WORKERS", "1")),
+        # 0 is refused when gunicorn starts (proxy.serving.master), not taken for "unset".
+        "workers": workers if workers is not None else int(env.get("LLM_PROXY_WORKERS", "1")),
         "worker_class": "proxy.serving.worker.ProxyGeventWorker",
         "worker_connections": int(env.get("LLM_PROXY_WORKER_CONNECTIONS", "4096")),
         "timeout": int(env.get("LLM_PROXY_WORKER_TIMEOUT", "60")),
@@ -103,7 +97,9 @@ def settings(bind: str | None = None, workers: int | None = None) -> dict[str, A
         "logger_class": "proxy.serving.access_log.ProxyLogger",
         "errorlog": "-",
         "loglevel": env.get("LLM_PROXY_GUNICORN_LOG_LEVEL", "info"),
-        "on_starting": _check_config,
+        "on_starting": master.on_starting,
+        "when_ready": master.when_ready,
+        "post_fork": _hold_reloads,
         "post_worker_init": _prepare_worker,
         "worker_exit": _flush_pool_state,
-    }
+    })

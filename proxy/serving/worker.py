@@ -1,4 +1,5 @@
-"""The gunicorn worker class: gunicorn's gevent worker, plus a shutdown that ends streams properly.
+"""The gunicorn worker class: gunicorn's gevent worker, plus a shutdown that ends streams properly
+and a config reload that drops none.
 
 On SIGTERM the gevent worker stops accepting and waits up to `graceful_timeout` for in-flight
 requests; then gunicorn's master SIGKILLs it, and a stream still running would reach its client
@@ -6,12 +7,20 @@ as a cut connection with no terminator. This worker, shortly before that deadlin
 stream still running with the protocol's in-band error ("the proxy is shutting down … send the
 request again") and its terminator, so clients see a clean, retryable failure instead.
 
+On SIGHUP — sent by the master once it has validated a new config file (proxy.serving.master) —
+the worker reloads the config in place (proxy.serving.reconfigure): new requests get the new
+config, requests in flight finish on the old. gunicorn resets SIGHUP to its default (which would
+kill the worker) in every worker, so this class installs its own handler. It is also the class
+`proxy.serving.master` requires (`serves_llm_proxy`), and the one `proxy.wsgi` checks it runs under.
+
 Imported by gunicorn's master (as `worker_class`) before any monkey-patching, like gunicorn's own
 `gunicorn.workers.ggevent`: it must not import the app at the top.
 """
 
 from __future__ import annotations
 
+import queue
+import signal
 import socket
 from typing import Any
 
@@ -25,11 +34,62 @@ from proxy.serving.direct_write import attach_direct_writer
 END_STREAMS_BEFORE_DEADLINE = 1.5
 
 
+# Set in the worker process once this worker class runs it (checked by proxy.wsgi).
+running = False
+
+
 class ProxyGeventWorker(GeventWorker):
+    serves_llm_proxy = True  # what proxy.serving.master checks gunicorn's worker class for
+    _reload_pending = False
+
+    def init_process(self) -> None:
+        global running
+        running = True
+        super().init_process()
+
+    def hold_reloads(self, arbiter: Any) -> None:
+        """Just forked (gunicorn's post_fork): until this worker's own handler is in place, a SIGHUP
+        must be neither lost nor fatal. One that came since the fork went to the copy of the
+        master's signal queue this process inherited; from now until `init_signals` it waits,
+        blocked. Either way the worker reloads once its app is built — it was forked with the
+        config the master had accepted before that reload."""
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+        while True:
+            try:
+                if arbiter.SIG_QUEUE.get_nowait() == signal.SIGHUP:
+                    self._reload_pending = True
+            except queue.Empty:
+                break
+
+    def init_signals(self) -> None:
+        super().init_signals()
+        signal.signal(signal.SIGHUP, self.handle_hup)
+        signal.siginterrupt(signal.SIGHUP, False)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})  # one held since the fork arrives now
+
     def load_wsgi(self) -> None:
-        """Streams write their frames below gunicorn's Response.write (proxy/serving/direct_write.py)."""
         super().load_wsgi()
-        self.wsgi = attach_direct_writer(self.wsgi)  # type: ignore[has-type]  # gunicorn is untyped
+        # Streams write their frames below gunicorn's Response.write (proxy/serving/direct_write.py).
+        # Flask's own middleware seam: self.wsgi stays the app (the reloader is found on it).
+        app: Any = self.wsgi
+        app.wsgi_app = attach_direct_writer(app.wsgi_app)
+        reloader = self._reloader()
+        if reloader is not None:
+            reloader.master_pid = self.ppid  # /admin/reload asks the master, which tells every worker
+            if self._reload_pending:  # the master's SIGHUP came while the app was being built
+                gevent.spawn(reloader.reload)
+
+    def handle_hup(self, sig: int, frame: Any) -> None:
+        """Out of the signal handler: the reload blocks (the file, the store)."""
+        reloader = self._reloader()
+        if reloader is None:
+            self._reload_pending = True
+        else:
+            gevent.spawn(reloader.reload)
+
+    def _reloader(self) -> Any:
+        """The app's reloader, once the app is built (None before)."""
+        return getattr(getattr(self, "wsgi", None), "extensions", {}).get("llm_proxy_reload")
 
     def handle(self, listener: Any, client: socket.socket, addr: Any) -> None:
         """A stream's response headers and its first frame are two small writes; with Nagle's

@@ -11,7 +11,9 @@ that uses it: any HTTP answer shows the proxy works again, and restores it), and
 balances (`pool.balance`). Store
 calls run on a real thread (SQLite blocks); probes run in their own greenlets; nothing here ever
 blocks a request. Started after fork by `create_app`, stopped — with a final flush — when the
-worker exits.
+worker exits. One keeper lives as long as its worker: a config reload hands it the new pools
+(`adopt`), and a pool the new config no longer has is retired — its changes still written until
+its last lease is released, so a stream that outlives its upstream's config still counts.
 """
 
 from __future__ import annotations
@@ -68,16 +70,25 @@ class PoolKeeper:
         self._probing: set[tuple[str, str]] = set()  # (upstream, account id or proxy URL) being probed
         self._wake = Event()
         self._sync_lock = threading.Lock()  # greenlet-aware once gevent has patched threading
+        self._retired: list[AccountPool] = []  # pools of an earlier config with leases still out
         for pool in pools.values():
             pool.on_change = self._wake.set
 
-    def load(self) -> None:
-        """Take in everything stored (state, counters, runtime accounts) before serving."""
-        records = blocking(self.store.load)
-        for name, pool in self.pools.items():
-            pool.apply_remote([r for r in records if r.upstream == name], counters=True)
-        self._version = max((r.version for r in records), default=0)
-        self._take_proxies()
+    def adopt(self, pools: dict[str, AccountPool]) -> None:
+        """The pools to keep, at start and after a config reload. A pool new to the keeper takes in
+        everything stored for its upstream — states, counters, runtime accounts from before a
+        restart — before it serves; a pool no longer in `pools` is retired."""
+        with self._sync_lock:  # no sync in between: the fresh pools must not miss a change
+            fresh = [pool for name, pool in pools.items() if self.pools.get(name) is not pool]
+            records = blocking(self.store.load) if fresh else []
+            for pool in fresh:
+                pool.on_change = self._wake.set
+                pool.apply_remote([r for r in records if r.upstream == pool.upstream.name], counters=True)
+            if not self.pools and not self._version:  # the first pools: everything stored is taken in
+                self._version = max((r.version for r in records), default=0)
+            self._retired += [pool for name, pool in self.pools.items() if pools.get(name) is not pool]
+            self.pools = pools
+            self._take_proxies()
 
     def start(self) -> None:
         if self._greenlet is None:
@@ -112,12 +123,15 @@ class PoolKeeper:
         syncs must not read the store while the keeper's own write is still on its way."""
         with self._sync_lock:
             states, deltas, proxies = [], [], []
-            for pool in self.pools.values():
+            # Judged before their changes are taken: a lease released after this is written next time.
+            drained = [pool for pool in self._retired if not pool.busy()]
+            for pool in [*self.pools.values(), *self._retired]:
                 pool_states, pool_deltas = pool.pending()
                 states += pool_states
                 deltas += pool_deltas
                 proxies += pool.pending_proxies()
             blocking(self.store.write, states, deltas, proxies)
+            self._retired = [pool for pool in self._retired if pool not in drained]
             records, version = blocking(self.store.changes_since, self._version)
             self._version = version
             for name, pool in self.pools.items():

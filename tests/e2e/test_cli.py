@@ -1,8 +1,9 @@
 """The `llm-proxy` command as a user runs it: `serve` with a config, and `demo` with the snippets
-it prints pasted and run."""
+it prints pasted and run, its admin key and its simulated upstream used as printed."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -10,8 +11,10 @@ import signal
 import socket
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -105,6 +108,45 @@ def test_demo_prints_what_a_user_needs(demo: tuple[str, str]) -> None:
     url, banner = demo
     assert f"Base URL:    {url}/v1" in banner
     assert "Client key:  sk-demo" in banner
+    assert f"Status page: {url}/admin/ (sign in with the admin key)" in banner
+    assert re.search(r"^  Upstream:    http://127\.0\.0\.1:\d+/v1 \(simulated", banner, re.MULTILINE)
+    assert "run it alone: python -m proxy.demo --port 9000" in banner
+    # The startup summary comes first, as for `serve`.
+    assert f"serving {url} (master pid" in banner and "  workers:    1 gevent worker" in banner
+
+
+def get_json(url: str, key: str | None = None) -> Any:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=20) as resp:
+        return json.loads(resp.read())
+
+
+def test_demo_admin_key_and_upstream_work_as_printed(demo: tuple[str, str]) -> None:
+    url, banner = demo
+    (admin_key,) = re.findall(r"^  Admin key:   (sk-demo-admin-[0-9a-f]{16})$", banner, re.MULTILINE)
+    listing = get_json(f"{url}/admin/accounts", admin_key)
+    assert [a["id"] for a in listing["upstreams"][0]["accounts"]] == ["demo-1", "demo-2"]
+    command = snippet(banner, "The pool's accounts, as the admin API shows them:")
+    assert command == f"curl {url}/admin/accounts -H 'Authorization: Bearer {admin_key}'"
+    (upstream,) = re.findall(r"^  Upstream:    (\S+) ", banner, re.MULTILINE)
+    models = get_json(f"{upstream}/models", "any-key")
+    assert "demo-model" in [m["id"] for m in models["data"]]
+
+
+def test_the_simulated_upstream_runs_alone_as_printed(tmp_path: Path) -> None:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "proxy.demo", "--port", str(port)], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == f"demo upstream listening on http://127.0.0.1:{port}/v1"
+        client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="any-key", max_retries=0, timeout=20)
+        answer = client.chat.completions.create(model="demo-model", messages=[
+            {"role": "user", "content": "hi [demo:words=2] [demo:pace=0]"}])
+        assert (answer.choices[0].message.content or "").split() == ["Hello", "from"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 @pytest.mark.parametrize("title", ["OpenAI SDK (pip install openai):", "Anthropic SDK (pip install anthropic):"])

@@ -1,10 +1,12 @@
 """The live server writes its access log through proxy/serving/access_log.py: one line per request, with
-the request id and a client-chosen User-Agent whose quotes cannot break the line apart."""
+the name of the client's key (never the key), the request id and a client-chosen User-Agent whose
+quotes cannot break the line apart."""
 
 from __future__ import annotations
 
 import uuid
 
+from proxy.blueprints.auth import key_name
 from tests.conftest import CLIENT_KEY, ProxyServer
 from tests.integration.test_pool_shared_state import eventually
 from tests.wire import request
@@ -27,4 +29,4 @@ def test_a_request_gets_one_access_line_with_its_id_and_escaped_user_agent(proxy
     assert eventually(lambda: bool(line()))
     (entry,) = line()
     assert entry.startswith('127.0.0.1 "POST /v1/chat/completions HTTP/1.1" 200 ')
-    assert entry.endswith(f'ms rid={request_id} ua="probe \\"quoted\\" ua"')
+    assert entry.endswith(f'ms key={key_name(CLIENT_KEY)} rid={request_id} ua="probe \\"quoted\\" ua"')

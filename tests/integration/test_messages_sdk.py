@@ -204,7 +204,7 @@ def test_errors_in_the_anthropic_envelope(proxy: ProxyServer) -> None:
         ant.messages.create(model="claude-x", max_tokens=10, messages=[{"role": "user", "content": "[demo:status=403]"}])
     assert denied.value.body["error"] == {"type": "permission_error", "message": "demo upstream failure 403"}  # type: ignore[index]
     with pytest.raises(anthropic.InternalServerError) as overloaded:
-        ant.messages.create(model="claude-x", max_tokens=10, messages=[{"role": "user", "content": "[demo:status=529]"}])
+        ant.messages.create(model="claude-x", max_tokens=10, messages=[{"role": "user", "content": "[demo:status-all=529]"}])
     assert overloaded.value.status_code == 529
     assert overloaded.value.body["error"]["type"] == "overloaded_error"  # type: ignore[index]
     resp = request(proxy.url, "POST", "/v1/messages/batches", {}, {"x-api-key": CLIENT_KEY})

@@ -143,6 +143,9 @@ def test_failure_classes(pool_proxy: ProxyServer, demo_upstream: DemoUpstream, c
         assert bad["until"] == pytest.approx(before + 60, abs=5)  # the default cooldown
     if case == "auth_401":
         assert bad["reason"].startswith("auth_invalid: HTTP 401")
+    if fault:  # whatever the action, the account says what its last attempt got
+        last = bad["last_error"]
+        assert last["at"] >= before and last["message"].startswith(f"{last['class']}: HTTP {fault['status']}")
     if case == "network":  # its only proxy refused: the proxy cools, the account is skipped, not blamed
         (proxy,) = bad["proxies"]
         assert proxy["status"] == "cooling" and proxy["reason"] == "refused the connection"

@@ -92,3 +92,18 @@ def test_a_refused_request_is_recorded_with_its_error(app_and_hook: tuple[FlaskC
                 ).status_code == 500
     assert [(r.status, r.outcome, r.model) for r in kept.done] == [(400, "invalid_request", ""),
                                                                    (500, "api_error", "demo-model")]
+
+
+def test_a_streams_record_is_closed_before_the_end_of_its_response_goes_out(
+        app_and_hook: tuple[FlaskClient, Kept]) -> None:
+    """The server ends a response (its last chunk) only after the body is exhausted: a record closed
+    then is in the usage figures before a client that has the whole answer can ask for them."""
+    client, kept = app_and_hook
+    resp = post(client, {"model": "demo-model", "stream": True, "stream_options": {"include_usage": True},
+                         "messages": [{"role": "user", "content": "hi [demo:words=2] [demo:pace=0]"}]})
+    body = resp.get_data()  # every frame, as gunicorn writes them before the terminating chunk
+    assert body.endswith(b"data: [DONE]\n\n")
+    (record,) = kept.done  # already: not left for close()
+    assert (record.outcome, kept.open_streams) == ("ok", 0) and record.usage is not None
+    resp.close()
+    assert len(kept.done) == 1  # and close() does not report it again

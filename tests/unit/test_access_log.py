@@ -27,7 +27,7 @@ def exchange() -> tuple[Any, Any, dict[str, Any], datetime.timedelta]:
     req = SimpleNamespace(headers=[("CONTENT-TYPE", "application/json"), ("USER-AGENT", 'sdk "quoted"')])
     environ = {"REMOTE_ADDR": "127.0.0.1", "REQUEST_METHOD": "POST", "RAW_URI": "/v1/messages?beta=true",
                "SERVER_PROTOCOL": "HTTP/1.1", "PATH_INFO": "/v1/messages", "QUERY_STRING": "beta=true",
-               "HTTP_USER_AGENT": 'sdk "quoted"'}
+               "HTTP_USER_AGENT": 'sdk "quoted"', "llm_proxy.client_key": "alice"}
     return resp, req, environ, datetime.timedelta(seconds=2, microseconds=345678)
 
 
@@ -46,7 +46,7 @@ def test_our_format_reads_no_header_or_environ_dict() -> None:
     atoms = _Atoms(logger, *exchange())
     line = ACCESS_LOG_FORMAT % atoms
     assert atoms._all is None  # the full field set was never built
-    assert line == '127.0.0.1 "POST /v1/messages?beta=true HTTP/1.1" 200 1234 2345ms rid=req_abc ua="sdk \\"quoted\\""'
+    assert line == '127.0.0.1 "POST /v1/messages?beta=true HTTP/1.1" 200 1234 2345ms key=alice rid=req_abc ua="sdk \\"quoted\\""'
 
 
 def test_gunicorn_configured_by_proxy_serving_logs_through_it() -> None:

@@ -40,7 +40,8 @@ _DELETE = object()
 
 def test_the_issue_example_parses_with_defaults() -> None:
     config = parse(MINIMAL)
-    assert config.client_keys == ("sk-client-test",)
+    assert [(k.key, k.name, k.models, k.disabled) for k in config.client_keys] == [
+        ("sk-client-test", "key-ae09045e", None, False)]  # a plain key: named by a hash prefix, every model
     (up,) = config.upstreams
     assert (up.name, up.protocol, up.base_url) == ("main", "chat_completions", "http://127.0.0.1:9000/v1")
     assert [a.id for a in up.accounts] == ["acct-1", "acct-2"]

@@ -158,6 +158,22 @@ def test_public_view_masks_the_key_and_the_proxy_credentials() -> None:
     assert "sk-secret" not in str(view) and "hunter2" not in str(view) and "user" not in str(view)
 
 
+def test_the_last_failed_attempt_is_kept_as_the_accounts_last_error() -> None:
+    clock = Clock()
+    pool = AccountPool(upstream(accounts=1), clock=clock)
+    assert pool.view(pool.get("a0"), clock.now)["last_error"] is None  # type: ignore[arg-type]
+    lease = pool.lease(set())
+    assert lease is not None
+    lease.release(failure="overloaded", error="overloaded: HTTP 529: Overloaded")
+    clock.now += 5
+    pool.lease(set()).release(failure="client_gone")  # type: ignore[union-attr]  # the client left: not the account's error
+    pool.lease(set()).release()  # type: ignore[union-attr]  # a success does not erase the last error
+    view = pool.view(pool.get("a0"), clock.now)  # type: ignore[arg-type]
+    assert view["status"] == ACTIVE  # `next`: the account stays in rotation, and the page still says what happened
+    assert view["last_error"] == {"class": "overloaded", "message": "overloaded: HTTP 529: Overloaded",
+                                  "at": clock.now - 5}
+
+
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
 def test_store_shares_state_and_sums_counters_between_workers(kind: str, tmp_path: Path) -> None:
     store = MemoryStore() if kind == "memory" else SQLiteStore(str(tmp_path / "state.db"))

@@ -1,0 +1,31 @@
+// The last requests on this host, newest first (GET /admin/requests?limit=100): who, what, where
+// it went, how it ended and how long it took. No bodies: the API keeps none.
+
+import { clock, count, dash, el, ms } from "./format.js";
+
+export const REQUESTS_PATH = "requests?limit=100";
+
+export function renderRequests(tbody, doc) {
+  const rows = (doc.data || []).map((r) => {
+    const ok = r.outcome === "ok";
+    const where = r.upstream ? `${r.upstream} · ${r.account || dash}` : dash;
+    const tokens = r.input_tokens == null && r.output_tokens == null ? dash
+      : `${count(r.input_tokens ?? 0)} / ${count(r.output_tokens ?? 0)}`;
+    return el("tr", { "data-request-id": r.request_id, "data-outcome": r.outcome },
+      el("td", { text: clock(r.time) }),
+      el("td", { class: "mono small", text: r.request_id }),
+      el("td", { text: r.client_key ?? dash }),
+      el("td", { text: r.client_protocol ?? dash }),
+      el("td", {}, r.model ?? dash, r.upstream_model && r.upstream_model !== r.model
+        ? el("div", { class: "muted small", text: `upstream: ${r.upstream_model}` }) : null),
+      el("td", {}, where, r.attempts > 1 ? el("div", { class: "muted small", text: `${r.attempts} attempts` }) : null),
+      el("td", { text: r.stream ? "yes" : "no" }),
+      el("td", { class: "num", text: r.status ?? dash }),
+      el("td", {}, el("span", { class: `badge ${ok ? "active" : "disabled"}`, text: r.outcome ?? dash })),
+      el("td", { class: "num", text: ms(r.first_byte_ms) }),
+      el("td", { class: "num", text: ms(r.duration_ms) }),
+      el("td", { class: "num", text: tokens }));
+  });
+  tbody.replaceChildren(...(rows.length ? rows
+    : [el("tr", {}, el("td", { colspan: 12, class: "muted", text: "No requests yet on this host." }))]));
+}

@@ -1,0 +1,117 @@
+"""The `client_keys` section: the keys clients present, each with a name and what it may do.
+
+Owns the shape of a client key and its checks. An entry is either a plain string (the key; its
+name is derived from a hash prefix, `key-1a2b3c4d`, stable and no use for finding the key) or an
+object `{name, key, models: [glob…], disabled: bool}`. Names are what logs, usage and metrics show —
+never the key — so they must be unique and printable; keys must be unique (two entries with one key
+could not tell which name a request belongs to); `models` are globs over the client's model name
+(the same `fnmatchcase` rules as an upstream's `models.serve`), absent for every model.
+Error messages name the entry by its path (`client_keys[2].models[0]`) and never quote a key.
+Import-light: stdlib only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from typing import Any
+
+from proxy.config.values import ConfigError, bool_, join, known, required, str_
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:-]{0,63}$")
+
+
+def derived_name(key: str) -> str:
+    """The name of a key that has none of its own: a short prefix of its SHA-256."""
+    return "key-" + hashlib.sha256(key.encode()).hexdigest()[:8]
+
+
+@dataclass(frozen=True)
+class ClientKey:
+    name: str
+    key: str = field(repr=False)
+    models: tuple[str, ...] | None = None  # globs over client model names; None: every model
+    disabled: bool = False
+
+    @classmethod
+    def plain(cls, key: str) -> ClientKey:
+        return cls(name=derived_name(key), key=key)
+
+    def allows(self, model: str) -> bool:
+        return self.models is None or any(fnmatchcase(model, pattern) for pattern in self.models)
+
+
+def parse_client_keys(value: Any, path: str, at_least_one: bool = True) -> tuple[ClientKey, ...]:
+    if value is None:
+        value = []
+    if isinstance(value, str | dict):
+        value = [value]
+    if not isinstance(value, list):
+        raise ConfigError(path, "must be a list of keys: strings, or {name, key, models, disabled} entries")
+    entries = tuple(_entry(item, f"{path}[{i}]") for i, item in enumerate(value))
+    if at_least_one and not entries:
+        raise ConfigError(path, "must list at least one key that clients present")
+    names: dict[str, int] = {}
+    secrets: dict[str, int] = {}
+    for i, entry in enumerate(entries):
+        where = f"{path}[{i}]"
+        is_object = isinstance(value[i], dict)
+        if entry.key in secrets:
+            raise ConfigError(join(where, "key") if is_object else where,
+                              f"the same key as {path}[{secrets[entry.key]}]: each key may be listed once")
+        secrets[entry.key] = i
+        if entry.name in names:
+            raise ConfigError(join(where, "name") if is_object else where,
+                              f"the name {entry.name!r} is already used by {path}[{names[entry.name]}]; "
+                              "names must be unique")
+        names[entry.name] = i
+    return entries
+
+
+def _entry(raw: Any, path: str) -> ClientKey:
+    if not isinstance(raw, dict):
+        return ClientKey.plain(str_(raw, path))
+    known(raw, path, {"name", "key", "models", "disabled"})
+    name = str_(required(raw, "name", path), join(path, "name"))
+    if not _NAME.match(name):
+        raise ConfigError(join(path, "name"), f"must be 1 to 64 letters, digits or . _ @ : - (starting with a "
+                                              f"letter or digit), as it appears in logs and metrics (got {name!r})")
+    key = str_(required(raw, "key", path), join(path, "key"))
+    if key == name:
+        raise ConfigError(join(path, "name"), "must not be the key itself: the name is shown in logs and usage")
+    models = None if "models" not in raw else _models(raw["models"], join(path, "models"))
+    return ClientKey(name=name, key=key, models=models, disabled=bool_(raw.get("disabled", False),
+                                                                        join(path, "disabled")))
+
+
+def _models(value: Any, path: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not value:
+        raise ConfigError(path, "must be a non-empty list of model name patterns such as 'gpt-4o*' "
+                                "(leave models out to allow every model)")
+    return tuple(_glob(item, f"{path}[{i}]") for i, item in enumerate(value))
+
+
+def _glob(value: Any, path: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(path, f"must be a model name pattern such as 'claude-*' (got {value!r})")
+    if value != value.strip() or any(c.isspace() for c in value):
+        raise ConfigError(path, f"a model name pattern has no spaces (got {value!r})")
+    i = 0
+    while i < len(value):  # fnmatch takes an unclosed '[' literally; in a model pattern it is a typo
+        if value[i] == "[":
+            j = i + 1
+            j += value[j:j + 1] == "!"
+            j += value[j:j + 1] == "]"  # a ']' first in the class is one of its characters
+            end = value.find("]", j)
+            if end < 0:
+                raise ConfigError(path, f"'[' opens a character class that is never closed with ']' (got {value!r})")
+            i = end + 1
+        elif value[i] == "]":
+            raise ConfigError(path, f"']' closes a character class that was never opened (got {value!r})")
+        else:
+            i += 1
+    return value

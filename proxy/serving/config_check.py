@@ -1,0 +1,58 @@
+"""Reading a config file the way the proxy will serve it, at start and at a reload.
+
+Owns two checks: `checked(path)` — the file loaded and validated, every upstream's protocol
+resolved against the registry (plugins imported) — and `for_reload(current, path)`, which also
+refuses what a running proxy cannot take from a new file: another `state_path` (its workers share
+that file, and switching it under them would split the pool's state), other `protocol_plugins`
+(a protocol's endpoint is set up when the app is built), and another `metrics.enabled`,
+`usage.enabled` or `logging.format` (the metrics directory and gunicorn's logger class are set up when gunicorn
+starts). Every refusal is a `ConfigError` naming the
+key, like any other config error, so the caller prints or logs one line.
+
+Settings that are not in the file at all — bind address, worker count, the `LLM_PROXY_*`
+environment — are gunicorn's, read once when it starts; a reload re-reads only the file.
+
+Import-light (stdlib, PyYAML and the pure codecs): gunicorn's master imports it before the
+gevent workers patch the standard library.
+"""
+
+from __future__ import annotations
+
+import os
+
+from proxy.config import Config, ConfigError, load
+from proxy.protocols import registry
+
+
+def checked(path: str) -> Config:
+    """The config at `path`, with every upstream's protocol checked against the registry."""
+    return registry.resolve(load(path))
+
+
+def for_reload(current: Config, path: str) -> Config:
+    """The config at `path` if a running proxy serving `current` can switch to it."""
+    new = checked(path)
+    if _state_file(new.state_path) != _state_file(current.state_path):
+        raise ConfigError("state_path", f"cannot change on a reload (the proxy runs with {current.state_path!r}): "
+                                        "its workers share that file; restart the proxy to use another")
+    if new.protocol_plugins != current.protocol_plugins:
+        raise ConfigError("protocol_plugins", f"cannot change on a reload (the proxy runs with "
+                                              f"{list(current.protocol_plugins)}): a protocol's endpoint is set up "
+                                              "when the proxy starts; restart the proxy to change them")
+    if new.metrics.enabled != current.metrics.enabled:
+        raise ConfigError("metrics.enabled", f"cannot change on a reload (the proxy runs with "
+                                             f"{current.metrics.enabled}): the workers' metrics are set up when the "
+                                             "proxy starts; restart the proxy to change it")
+    if new.usage.enabled != current.usage.enabled:
+        raise ConfigError("usage.enabled", f"cannot change on a reload (the proxy runs with "
+                                           f"{current.usage.enabled}): accounting is set up when a worker "
+                                           "starts; restart the proxy to change it")
+    if new.logging.format != current.logging.format:
+        raise ConfigError("logging.format", f"cannot change on a reload (the proxy runs with "
+                                            f"{current.logging.format!r}): gunicorn's logger is chosen when the "
+                                            "proxy starts; restart the proxy to change it")
+    return new
+
+
+def _state_file(path: str | None) -> str | None:
+    return os.path.abspath(path) if path else None

@@ -1,0 +1,60 @@
+"""The startup summary `llm-proxy serve`, `llm-proxy demo` and a plain gunicorn print once the
+proxy listens: what is served, from which file, with what state, and what is switched on.
+
+Owns the wording and nothing else: given the config, the listening addresses, the worker count,
+the control socket and the master's pid, it returns the text (or, for a JSON log, its fields).
+Never shows a key — only how many.
+Import-light (stdlib): it runs in gunicorn's master.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from proxy import __version__
+from proxy.config import Config
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" if n == 1 else f"{n} {what}s"
+
+
+def summary_fields(config: Config, listeners: Sequence[str], workers: int, control_socket: str | None,
+                   pid: int) -> tuple[str, dict[str, str]]:
+    """The headline and the summary's lines as (label, text) in the order they are printed."""
+    root = listeners[0] if listeners else "?"
+    upstreams = "; ".join(f"{u.name} ({u.protocol}, {_count(len(u.accounts), 'account')})" for u in config.upstreams)
+    state = os.path.abspath(config.state_path) if config.state_path else "in memory (state_path: null)"
+    if config.admin_keys:
+        admin = f"on ({_count(len(config.admin_keys), 'admin key')}); status page {root}/admin/"
+    else:
+        admin = "off (list keys under admin_keys to turn it on)"
+    # The metrics endpoint answers to an admin key unless the config makes it public.
+    if not config.metrics.enabled:
+        metrics = "off (metrics.enabled: false)"
+    elif config.metrics.public:
+        metrics = f"on at {root}/metrics, public (metrics.public)"
+    elif config.admin_keys:
+        metrics = f"on at {root}/metrics, with an admin key"
+    else:
+        metrics = "off (needs admin_keys, or metrics.public: true)"
+    headline = f"llm-proxy {__version__} serving {', '.join(listeners) or '?'} (master pid {pid})"
+    return headline, {
+        "workers": _count(workers, "gevent worker"),
+        "config": os.path.abspath(config.source) if config.source != "<memory>" else config.source,
+        "upstreams": upstreams,
+        "clients": _count(len(config.client_keys), "client key"),
+        "state": state,
+        "control": control_socket or "off",
+        "admin API": admin,
+        "metrics": metrics,
+        "health": f"{root}/healthz (alive), {root}/readyz (every upstream has an active account)",
+        "reload": f"kill -HUP {pid}" + (", or POST /admin/reload" if config.admin_keys else ""),
+    }
+
+
+def summary(config: Config, listeners: Sequence[str], workers: int, control_socket: str | None, pid: int) -> str:
+    """The summary as text: the headline, then one indented `label: text` line each."""
+    headline, fields = summary_fields(config, listeners, workers, control_socket, pid)
+    return "\n".join([headline, *(f"  {label + ':':<11} {text}" for label, text in fields.items())])

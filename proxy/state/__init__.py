@@ -1,0 +1,5 @@
+"""Shared state across hosts: the connection to Redis and what every Redis-backed store shares
+(key names under the configured prefix). The stores themselves live beside the interface they
+implement (the pool's state store, the usage store, …); this package is below them all and knows
+none of them.
+"""
