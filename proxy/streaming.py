@@ -134,7 +134,7 @@ class ClientWriter(Protocol):
 class StreamOutcome:
     """How a stream ended, for the relay's accounting."""
 
-    __slots__ = ("client_gone", "error", "frames", "usage")
+    __slots__ = ("__weakref__", "client_gone", "error", "frames", "usage")
 
     def __init__(self) -> None:
         self.frames = 0
@@ -145,6 +145,42 @@ class StreamOutcome:
 
 class StreamingBody:
     """A WSGI response iterable that relays one upstream stream."""
+
+    # Slots: a thousand idle streams are a thousand of these (and _LIVE holds them weakly).
+    __slots__ = (
+        "__weakref__",
+        "_body",
+        "_carried_read",
+        "_client",
+        "_client_readable",
+        "_client_signalled",
+        "_closed",
+        "_first_byte_by",
+        "_frames",
+        "_frames_before_failure",
+        "_handoff",
+        "_hub",
+        "_hub_error",
+        "_interrupted",
+        "_last_data",
+        "_last_write",
+        "_late",
+        "_loop",
+        "_on_close",
+        "_os_socket",
+        "_outcome",
+        "_parser",
+        "_primed",
+        "_read_again",
+        "_relay",
+        "_settings",
+        "_timer",
+        "_unsent",
+        "_upstream",
+        "_upstream_ready",
+        "_waiting",
+        "_writer",
+    )
 
     def __init__(
         self,
