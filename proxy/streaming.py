@@ -210,6 +210,7 @@ class StreamingBody:
         self._upstream_ready = self._loop.io(self._body.fileno(), 1)
         self._client_readable = self._loop.io(client_socket.fileno(), 1) if client_socket is not None else None
         self._client_signalled = False  # the client's socket became readable while we were writing
+        self._hung_up = False  # the client left, as its transport said (hang_up)
         self._timer: Any = None
         self._last_data = self._last_write = 0.0  # monotonic times the upstream sent, we wrote
         self._first_byte_by: float | None = None  # while priming: when the client's first byte is due
@@ -297,6 +298,15 @@ class StreamingBody:
         self._interrupted = info
         if self._waiting is not None:
             self._loop.run_callback(self._wake, _INTERRUPT)
+
+    def hang_up(self) -> None:
+        """The client left, as a transport that reads the client's socket itself says (a WebSocket:
+        its reader sees the close frame or the end of the connection, so there is no socket here to
+        watch): the stream ends as if its socket had been seen to close — now if it is waiting,
+        else at its next step."""
+        self._hung_up = True
+        if self._waiting is not None:
+            self._loop.run_callback(self._wake, _CLIENT)
 
     # ------------------------------------------------------------ the loop
 
@@ -399,6 +409,8 @@ class StreamingBody:
     def _step(self) -> list[bytes] | None:
         """The frames to send next — none yet if only a wait ended; None if the client left."""
         relay = self._relay
+        if self._hung_up:
+            return None
         if self._interrupted is not None:
             return self._fail(self._interrupted)
         try:
@@ -421,7 +433,7 @@ class StreamingBody:
             deadline = min(deadline, self._first_byte_by)
         woke = self._wait(deadline - time.monotonic())
         if woke is _CLIENT:
-            return None if self._client_left() else []
+            return None if self._hung_up or self._client_left() else []
         if woke is not _DEADLINE:
             return []
         now = time.monotonic()

@@ -24,7 +24,7 @@ def _store() -> ResponseStore:
 
 def _stored(response_id: str) -> StoredResponse:
     entry = _store().get(response_id)
-    if entry is None:
+    if entry is None or not entry.retrievable:
         raise ProxyError(404, f"No response with id {response_id!r} is stored on this proxy.", "not_found",
                          param="response_id")
     return entry

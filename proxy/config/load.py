@@ -19,6 +19,7 @@ import yaml
 
 from proxy.config import presets as model_presets
 from proxy.config import unsupported as unsupported_fields
+from proxy.config.compaction import parse_compaction
 from proxy.config.keys import parse_client_keys
 from proxy.config.model import (
     MAX_TOKENS_FIELDS,
@@ -83,6 +84,7 @@ def parse(raw: Any, environ: Mapping[str, str] | None = None, source: str = "<me
         {
             "client_keys", "admin_keys", "upstreams", "max_body_bytes", "timeouts", "streaming",
             "model_list_ttl", "trust_env", "log_level", "state_path", "response_store", "max_response_bytes",
+            "compaction",
             "proxies", "protocol_plugins", "metrics", "logging", "usage", "state",
         },
     )
@@ -111,6 +113,7 @@ def parse(raw: Any, environ: Mapping[str, str] | None = None, source: str = "<me
         streaming=_streaming(top.get("streaming", {}), "streaming"),
         model_list_ttl=number(top.get("model_list_ttl", 300), "model_list_ttl", minimum=0),
         response_store=_response_store(top.get("response_store", {}), "response_store"),
+        compaction=parse_compaction(top.get("compaction", {}), "compaction"),
         trust_env=bool_(top.get("trust_env", False), "trust_env"),
         proxies=proxies,
         protocol_plugins=_plugins(top.get("protocol_plugins")),

@@ -49,6 +49,11 @@ class ResponseStoreConfig:
 
 
 @dataclass(frozen=True)
+class CompactionConfig:
+    key: str | None = field(default=None, repr=False)  # None: generated into the state directory
+
+
+@dataclass(frozen=True)
 class Account:
     id: str
     api_key: str = field(repr=False)
@@ -114,6 +119,7 @@ class Config:
     streaming: Streaming = field(default_factory=Streaming)
     model_list_ttl: float = 300.0
     response_store: ResponseStoreConfig = field(default_factory=ResponseStoreConfig)
+    compaction: CompactionConfig = field(default_factory=CompactionConfig)
     state_path: str | None = "llm-proxy-state.db"  # SQLite file for pool state; None keeps it in memory
     trust_env: bool = False  # let `requests` read HTTP(S)_PROXY / NO_PROXY from the environment
     proxies: tuple[str, ...] = field(default=(), repr=False)  # outbound proxies of accounts without their own

@@ -167,7 +167,9 @@ def plan(body: dict[str, Any], chat_face: bool = True, first_try: bool = True) -
         return Plan(status=400, error=refused)
     chunker = _Chunker(model, quirky="quirky" in d)
     pace = float(d.get("pace", DEFAULT_PACE_MS)) / 1000.0
-    tools = [t for t in body.get("tools") or [] if isinstance(t, dict)]
+    # `tool_choice: "none"` (Chat, and the faces' translations of Anthropic's `{"type": "none"}`):
+    # the real APIs then never call a tool, however the conversation asks for one.
+    tools = [] if body.get("tool_choice") == "none" else [t for t in body.get("tools") or [] if isinstance(t, dict)]
     # Clients may append system reminders after the user's turn (Claude Code does): skip them.
     turns = [m for m in messages if m.get("role") not in ("system", "developer")]
     last = turns[-1] if turns else {}

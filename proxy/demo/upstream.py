@@ -50,7 +50,7 @@ from typing import Any
 import gevent
 from gevent.event import Event
 
-from proxy.demo import faces, scenarios, strict
+from proxy.demo import compaction, faces, scenarios, strict
 from proxy.demo.http import HTTPRequest, PeerGone, Writer
 from proxy.errors import ProxyError, kind_for_status
 from proxy.ir.response import ErrorInfo
@@ -129,6 +129,13 @@ class DemoUpstream:
                 return self._chat(req, w, record, rid, self._first_try(rid, key))
             except scenarios.DirectiveError as exc:
                 return w.response(400, _json(_error(f"demo upstream: {exc}", code="invalid_directive")))
+        if req.method == "POST" and req.path.endswith("/responses/compact"):
+            return w.response(200, _json(compaction.compact_answer(record["body"])))
+        if req.method == "POST" and req.path.endswith("/responses") and compaction.triggered(record["body"]):
+            w.start_stream()
+            for frame in compaction.trigger_stream(record["body"]):
+                w.send(frame)
+            return w.end()
         if req.method == "POST" and req.path.endswith(("/messages", "/responses")):
             return self._face(req.path, w, record, rid, self._first_try(rid, key))
         if req.method == "DELETE" and "/responses/" in req.path:
@@ -163,7 +170,7 @@ class DemoUpstream:
     def _face(self, path: str, w: Writer, record: dict[str, Any], rid: str, first_try: bool) -> None:
         """The same model behind another protocol's endpoint (see proxy/demo/faces.py)."""
         face_class = faces.FACES["/messages" if path.endswith("/messages") else "/responses"]
-        body = record["body"]
+        body = record["body"] if path.endswith("/messages") else compaction.expand(record["body"])
         try:
             if not isinstance(body, dict):
                 raise ProxyError(400, "body must be a JSON object", "invalid_request")

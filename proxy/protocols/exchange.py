@@ -47,3 +47,7 @@ class Exchange:
     on_complete: Callable[[dict[str, Any]], None] | None = None
     # What the client encoder left out for this client, by what ("reasoning": 2), for the log line.
     dropped: dict[str, int] = field(default_factory=dict)
+    # The path under the upstream's base URL when the request passes through to an upstream of the
+    # client's protocol at another endpoint than the protocol's main one (Responses' `/responses/compact`);
+    # None: the protocol's own path. A translated attempt always uses its upstream protocol's path.
+    passthrough_path: str | None = None

@@ -109,7 +109,9 @@ class Attempt:
         # Client headers travel only to an upstream of the client's own protocol (anthropic-beta, …).
         headers = ex.headers if sides.passthrough is not None else None
         header_wait = upstream.timeouts.header_wait(ex.stream)
-        call = UpstreamCall(upstream, lease.account, sides.upstream.upstream.path, body, ex.request_id,
+        path = ex.passthrough_path if sides.passthrough is not None and ex.passthrough_path else \
+            sides.upstream.upstream.path
+        call = UpstreamCall(upstream, lease.account, path, body, ex.request_id,
                             headers=headers, header_wait=header_wait, first_byte=self.budget)
         self.started = self.relay.clock()
         try:

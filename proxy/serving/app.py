@@ -23,7 +23,19 @@ from flask import Flask
 
 from proxy import config as config_module
 from proxy import logs
-from proxy.blueprints import admin, admin_status, http, messages, models, readiness, responses, status_page, usage
+from proxy.blueprints import (
+    admin,
+    admin_status,
+    http,
+    messages,
+    models,
+    readiness,
+    responses,
+    responses_compact,
+    responses_socket,
+    status_page,
+    usage,
+)
 from proxy.blueprints import metrics as metrics_endpoint
 from proxy.blueprints import reload as reload_endpoints
 from proxy.blueprints.auth import KeyChecker
@@ -39,11 +51,13 @@ from proxy.ops.usage_writer import UsageWriter
 from proxy.pool.pool import AccountPool
 from proxy.pool.store import MemoryStore, SQLiteStore, StateStore
 from proxy.protocols import registry
+from proxy.protocols.responses.compaction import Sealer
 from proxy.protocols.responses.store import ResponseStore
 from proxy.relay.loop import Relay
 from proxy.relay.transport import HTTPTransport
 from proxy.routing import Router
 from proxy.serving import master
+from proxy.serving.compaction_key import compaction_secret
 from proxy.serving.reconfigure import Reloader
 from proxy.upstream.catalog import Catalog
 from proxy.upstream.client import UpstreamClient
@@ -110,7 +124,8 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
     parts = config_parts(config, keeper, client, hooks)  # states, counters and runtime accounts from before a restart
     if start_background:
         keeper.start()
-    responses_store = ResponseStore(config.response_store.max_entries, config.response_store.ttl)
+    responses_store = ResponseStore(config.response_store.max_entries, config.response_store.ttl,
+                                    sealer=Sealer(compaction_secret(config)))
     source = config.source if config.source != "<memory>" else None
     state = AppState(**parts, response_store=responses_store, keeper=keeper, hooks=hooks, client=client,
                      usage=usage_writer, live=live, metrics=metrics, config_source=source, config_loaded_at=time.time(),
@@ -124,6 +139,8 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
         app.register_blueprint(completions_blueprint(protocol))
     app.register_blueprint(messages.bp)
     app.register_blueprint(responses.bp)
+    app.register_blueprint(responses_socket.bp)
+    app.register_blueprint(responses_compact.bp)
     app.register_blueprint(models.bp)
     app.register_blueprint(admin.bp)
     app.register_blueprint(metrics_endpoint.bp)

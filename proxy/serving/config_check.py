@@ -51,6 +51,9 @@ def for_reload(current: Config, path: str) -> Config:
         raise ConfigError("logging.format", f"cannot change on a reload (the proxy runs with "
                                             f"{current.logging.format!r}): gunicorn's logger is chosen when the "
                                             "proxy starts; restart the proxy to change it")
+    if new.compaction.key != current.compaction.key:  # compared, never shown
+        raise ConfigError("compaction.key", "cannot change on a reload: every worker must seal and open "
+                                            "compaction items with the same key; restart the proxy to change it")
     return new
 
 

@@ -1,5 +1,6 @@
 """The gunicorn worker class: gunicorn's gevent worker, plus a shutdown that ends streams properly
-and a config reload that drops none.
+and a config reload that drops none; Responses WebSocket clients are sent elsewhere (close code
+1001, going away).
 
 On SIGTERM the gevent worker stops accepting and waits up to `graceful_timeout` for in-flight
 requests; then gunicorn's master SIGKILLs it, and a stream still running would reach its client
@@ -102,6 +103,16 @@ class ProxyGeventWorker(GeventWorker):
         """SIGTERM, the graceful stop (SIGINT and SIGQUIT are gunicorn's quick stops)."""
         super().handle_exit(sig, frame)
         gevent.spawn(self._end_streams_before_deadline)
+        gevent.spawn(self._close_sockets)
+
+    def _close_sockets(self) -> None:
+        """Responses WebSockets stay open between responses: told to go away now, their clients
+        reconnect elsewhere instead of holding this worker until graceful_timeout."""
+        from proxy.blueprints.responses_socket import close_all_sockets
+
+        told = close_all_sockets()
+        if told:
+            self.log.info("closing %d websocket(s) with 1001 (going away)", told)
 
     def _end_streams_before_deadline(self) -> None:
         gevent.sleep(max(0.0, self.cfg.graceful_timeout - END_STREAMS_BEFORE_DEADLINE))

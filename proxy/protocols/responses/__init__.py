@@ -8,12 +8,14 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.config import Upstream
-from proxy.errors import embedded_error
+from proxy.errors import ProxyError, embedded_error
+from proxy.ir.request import TextPart
 from proxy.ir.response import ErrorInfo, Response
 from proxy.protocols.codec import ClientSide, Passthrough, Protocol, UpstreamSide
 from proxy.protocols.exchange import Exchange
 from proxy.protocols.openai_errors import error_body, relayed_error_body
-from proxy.protocols.responses import request, response, upstream_request, upstream_response
+from proxy.protocols.responses import compaction, request, response, upstream_request, upstream_response
+from proxy.protocols.responses.compaction_stream import CompactionStreamEncoder
 from proxy.protocols.responses.conversation import ResponsesConversation, input_items
 from proxy.protocols.responses.passthrough import ResponsesPassthroughStream
 from proxy.protocols.responses.stream_decode import ResponsesStreamDecoder
@@ -31,14 +33,37 @@ def include_encrypted(body: dict[str, Any]) -> bool:
     return isinstance(include, list) and "reasoning.encrypted_content" in include
 
 
+def _compacting(ex: Exchange) -> ResponsesConversation | None:
+    """The request's conversation when this answer is a compaction the proxy performs."""
+    conversation = ex.conversation
+    if isinstance(conversation, ResponsesConversation) and conversation.compaction and conversation.store.sealer:
+        return conversation
+    return None
+
+
 def _encode_response(resp: Response, ex: Exchange) -> dict[str, Any]:
-    out = response.encode(resp, ex.body, ex.model, custom_tools(ex.body), include_encrypted(ex.body))
+    conversation = _compacting(ex)
+    if conversation is not None:
+        assert conversation.store.sealer is not None
+        summary = "".join(p.text for p in resp.output if isinstance(p, TextPart)).strip()
+        if not summary:
+            raise ProxyError(502, "the upstream answered the compaction request with no summary", "upstream_error")
+        item = compaction.compaction_item(conversation.store.sealer, summary, ex.model)
+        if conversation.compact:
+            return compaction.compact_body(input_items(ex.body), item, resp.usage)
+        out = response.ResponseObject(ex.body, ex.model).snapshot("completed", [item], resp.usage)
+    else:
+        out = response.encode(resp, ex.body, ex.model, custom_tools(ex.body), include_encrypted(ex.body))
     if ex.on_complete is not None:
         ex.on_complete(out)
     return out
 
 
-def _stream_encoder(ex: Exchange) -> ResponsesStreamEncoder:
+def _stream_encoder(ex: Exchange) -> ResponsesStreamEncoder | CompactionStreamEncoder:
+    conversation = _compacting(ex)
+    if conversation is not None:
+        assert conversation.store.sealer is not None
+        return CompactionStreamEncoder(ex.body, ex.model, conversation.store.sealer, ex.on_complete)
     return ResponsesStreamEncoder(ex.body, ex.model, custom_tools(ex.body), include_encrypted(ex.body), ex.on_complete)
 
 

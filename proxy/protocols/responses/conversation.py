@@ -21,6 +21,7 @@ from typing import Any
 from proxy.config import Upstream
 from proxy.errors import ProxyError
 from proxy.ir.reasoning import is_minted
+from proxy.protocols.responses import compaction
 from proxy.protocols.responses.store import Origin, ResponseStore
 
 
@@ -37,9 +38,22 @@ def input_items(body: dict[str, Any]) -> list[dict[str, Any]]:
 class ResponsesConversation:
     """One `/v1/responses` request's conversation, as each attempt of the relay needs it."""
 
-    def __init__(self, body: dict[str, Any], store: ResponseStore) -> None:
+    def __init__(self, body: dict[str, Any], store: ResponseStore, keep_unstored: bool = False,
+                 compact: bool = False) -> None:
         self.body = body
         self.store = store
+        # Compaction (proxy.protocols.responses.compaction): `compact` is POST /v1/responses/compact
+        # (v1); a trigger as the last input item is v2. Either way a blob of ours in the input that
+        # does not open is refused now, before any upstream is asked anything.
+        own: list[Any] = body["input"] if isinstance(body.get("input"), list) else []
+        self.compact = compact
+        self.compaction = compact or compaction.wants_compaction(own)
+        if store.sealer is not None:
+            compaction.check_sealed(own, store.sealer)
+        # Over a WebSocket, a turn chains on the previous one by `previous_response_id` even under
+        # `store: false` (Codex sends store: false): the answer is kept for that, but not served by
+        # GET /v1/responses/{id}, as the real API keeps it only for the connection's next turn.
+        self.keep_unstored = keep_unstored
         self._own: list[dict[str, Any]] | None = None  # this request's input, by value, with ids
 
     # ------------------------------------------------------------ the relay's step
@@ -49,10 +63,28 @@ class ResponsesConversation:
         when the upstream can resolve everything it refers to, else with the whole conversation
         expanded from the store and no `previous_response_id`."""
         if upstream.protocol == "responses" and self._resolvable_by(upstream.name, account):
-            return self.body
+            return self._compaction_for(self.body, upstream.protocol)
         body = {key: value for key, value in self.body.items() if key != "previous_response_id"}
         items = self.items()
         body["input"] = replayable(items) if upstream.protocol == "responses" else items
+        return self._compaction_for(body, upstream.protocol)
+
+    def _compaction_for(self, body: dict[str, Any], protocol: str) -> dict[str, Any]:
+        """The body with compaction done as this upstream can: its own if it is a Responses
+        upstream, else the proxy's (a summarisation request, no tool calls); the proxy's sealed
+        summaries expanded whichever it is."""
+        items = body.get("input")
+        if not isinstance(items, list) or not (self.compaction or any(
+                isinstance(i, dict) and i.get("type") in (compaction.ITEM, compaction.TRIGGER) for i in items)):
+            return body
+        sealer = self.store.sealer
+        if sealer is None:
+            raise ProxyError(500, "This proxy has no compaction key configured (compaction.key).", "api_error")
+        body = {**body, "input": compaction.for_upstream(items, protocol, sealer, summarise=self.compact)}
+        if self.compaction and protocol != "responses" and body.get("tools"):
+            # The summary is the answer. (Only beside tools: OpenAI refuses a tool_choice without them;
+            # the tools stay, since Anthropic refuses tool_use blocks in a history without them.)
+            body["tool_choice"] = "none"
         return body
 
     def keeper(self, upstream: Upstream, account: str, passthrough: bool) -> Callable[[dict[str, Any]], None] | None:
@@ -60,15 +92,23 @@ class ResponsesConversation:
         `store: false` (then nothing is kept, as the real API keeps nothing). `passthrough`: the
         client gets the upstream's own response (its id), which a Responses upstream keeps unless
         the response says `store: false`."""
-        if self.body.get("store", True) is False:
+        unstored = self.body.get("store", True) is False
+        if (unstored and not self.keep_unstored) or self.compact:  # v1's answer is not a response
             return None
 
         def keep(final: dict[str, Any]) -> None:
             kept = passthrough and upstream.protocol == "responses" and final.get("store") is not False
             self.store.put(final, self._items_of_this_request(strict=False), self.body.get("previous_response_id"),
-                           Origin(upstream.name, account, kept))
+                           Origin(upstream.name, account, kept), retrievable=not unstored)
 
         return keep
+
+    def keep_unanswered(self, final: dict[str, Any]) -> None:
+        """Keep a response no upstream saw (a WebSocket warm-up), so later turns can chain on it."""
+        if self.body.get("store", True) is False and not self.keep_unstored:
+            return
+        self.store.put(final, self._items_of_this_request(strict=False), self.body.get("previous_response_id"),
+                       None, retrievable=self.body.get("store", True) is not False)
 
     # ------------------------------------------------------------ expansion
 

@@ -22,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.protocols.responses.compaction import Sealer
+
 
 @dataclass(frozen=True)
 class Origin:
@@ -40,6 +42,9 @@ class StoredResponse:
     origin: Origin | None = None
     stored_at: float = 0.0
     item_ids: list[str] = field(default_factory=list)
+    # False: kept only so that later requests can continue from it (a WebSocket turn under
+    # `store: false`); GET /v1/responses/{id} does not serve it.
+    retrievable: bool = True
 
     def kept_by(self, upstream: str, account: str) -> bool:
         """Whether this upstream account holds the response itself: only then does its id mean
@@ -50,7 +55,10 @@ class StoredResponse:
 
 class ResponseStore:
     def __init__(self, max_entries: int = 1000, ttl: float = 3600.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, sealer: Sealer | None = None) -> None:
+        # The key to the conversation state the proxy hands to clients instead of keeping it:
+        # compaction summaries (proxy.protocols.responses.compaction).
+        self.sealer = sealer
         self.max_entries = max_entries
         self.ttl = ttl
         self._clock = clock
@@ -59,8 +67,9 @@ class ResponseStore:
         self._items: dict[str, tuple[dict[str, Any], str]] = {}  # item id → the item, its response's id
 
     def put(self, response: dict[str, Any], input_items: list[dict[str, Any]],
-            previous_response_id: str | None, origin: Origin | None = None) -> None:
-        entry = StoredResponse(response, input_items, previous_response_id, origin, self._clock())
+            previous_response_id: str | None, origin: Origin | None = None, retrievable: bool = True) -> None:
+        entry = StoredResponse(response, input_items, previous_response_id, origin, self._clock(),
+                               retrievable=retrievable)
         with self._lock:
             self._drop(response["id"])
             for item in [*input_items, *response.get("output", [])]:

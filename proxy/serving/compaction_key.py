@@ -1,0 +1,51 @@
+"""Where the compaction key comes from: the config's `compaction.key`, else a key generated once
+into the state directory and read by every worker and every restart after.
+
+Owns that file: `compaction.key` beside `state_path`, readable by its owner only (it protects the
+summaries of users' conversations). Workers start at the same time, so it is created atomically
+(written to a temporary file, then linked into place, which fails if another worker was first) and
+whoever loses the race reads the winner's. With `state_path: null` the key lives in memory only —
+compaction items then do not survive a restart, which is logged.
+Runs in a worker, after fork (proxy/serving/app.py); never in gunicorn's master.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import tempfile
+
+from proxy.config import Config
+
+log = logging.getLogger(__name__)
+
+FILE_NAME = "compaction.key"
+
+
+def compaction_secret(config: Config) -> str:
+    if config.compaction.key is not None:
+        return config.compaction.key
+    if not config.state_path:
+        log.warning("compaction.key is not set and state_path is null: the compaction key is in memory only, so "
+                    "compaction items made now stop working after a restart (and differ between workers)")
+        return secrets.token_urlsafe(32)
+    path = os.path.join(os.path.dirname(os.path.abspath(config.state_path)), FILE_NAME)
+    try:
+        with open(path, encoding="ascii") as fh:
+            return fh.read().strip()
+    except FileNotFoundError:
+        pass
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".compaction-key-")
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as fh:  # mkstemp makes it 0600
+            fh.write(secrets.token_urlsafe(32) + "\n")
+        try:
+            os.link(tmp, path)
+            log.info("generated the compaction key into %s", path)
+        except FileExistsError:
+            pass  # another worker was first: use its key
+    finally:
+        os.unlink(tmp)
+    with open(path, encoding="ascii") as fh:
+        return fh.read().strip()
