@@ -161,6 +161,7 @@ class StreamingBody:
         "_handoff",
         "_hub",
         "_hub_error",
+        "_hung_up",
         "_interrupted",
         "_last_data",
         "_last_write",
@@ -379,7 +380,7 @@ class StreamingBody:
         in the hub — read, translate, send — and leave the greenlet parked. False when the
         greenlet must run: the client's socket did not take everything, the stream ends or
         fails, or the read was not plain bytes (what it found is handed over as it is)."""
-        if self._interrupted is not None:
+        if self._interrupted is not None or self._hung_up:
             return False
         try:
             try:
