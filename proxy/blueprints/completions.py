@@ -3,7 +3,7 @@
 
 Thin and the same for every protocol: parse the body, let the protocol check it (a 400 that names
 the field) and say which model and whether it streams, refuse a model the client's key may not
-use (403), keep the client headers the protocol
+use (403) or a request over one of the key's limits (429, proxy.limits), keep the client headers the protocol
 forwards to an upstream of its own kind, attach the conversation state it keeps on the proxy if it
 has any, and hand the request to the relay. Everything protocol-specific comes from its
 `ClientSide`; nothing here names a protocol.
@@ -39,11 +39,15 @@ def completions_blueprint(protocol: Protocol) -> Blueprint:
             client.validate(body)
             record.model, record.stream = client.model_and_stream(body)
             check_model(client_key(), record.model)  # a key restricted to some models: 403 before any upstream
+            # A key over one of its limits: 429 before any upstream; else reserved until the request ends.
+            if state.limiter is not None:
+                state.limiter.admit(client_key(), record, lambda: client.decode_request(body), body)
             headers = {name: value for name in client.forwarded_headers if (value := request.headers.get(name))}
             conversation = client.conversation(body, state.response_store) if client.conversation else None
             ex = Exchange(protocol=protocol.name, body=body, model=record.model, stream=record.stream,
                           request_id=g.request_id, headers=headers, client_socket=client_socket(),
-                          conversation=conversation)
+                          conversation=conversation,
+                          request_headers={k.lower(): v for k, v in request.headers.items()})
             result = state.relay.handle(ex, record)
         except ProxyError as err:
             if record.finish(err.info.status, err.info.kind):

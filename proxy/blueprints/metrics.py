@@ -28,5 +28,5 @@ def metrics() -> Response:
     if state.metrics is None:
         raise ProxyError(404, "Metrics are turned off in this proxy's config (metrics.enabled: false).", "not_found")
     state.keeper.sync()
-    body, content_type = render(state.live, state.pools, request.headers.get("Accept"))
+    body, content_type = render(state.live, state.pools, request.headers.get("Accept"), state.store_health)
     return Response(body, status=200, content_type=content_type)

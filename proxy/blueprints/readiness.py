@@ -6,7 +6,8 @@ Answers 200 `{"ready": true, "upstreams": {name: {"active", "cooling", "disabled
 whose accounts are all out. Read from this worker's pools, in memory (kept in step with the other
 workers' by the keeper, within about two seconds): no IO, so it stays cheap under probing.
 An account in rotation whose outbound proxies are all cooling cannot serve either, and counts as
-cooling; one busy at its `max_concurrency` counts as active.
+cooling; one busy at its `max_concurrency` counts as active. `"state"` says whether the shared state
+store answers (`ok`, or `degraded` with `state_down_since` while Redis is away).
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ def ready() -> Response:
         upstreams[name] = {"active": seen.total - cooling - seen.disabled, "cooling": cooling,
                            "disabled": seen.disabled}
     ready = all(counts["active"] > 0 for counts in upstreams.values())
-    resp = jsonify({"ready": ready, "upstreams": upstreams})
+    health = current_app.extensions["llm_proxy"].store_health
+    # A shared store (Redis) that cannot be reached degrades the proxy but does not stop it: each
+    # worker routes on its last known state, so this stays 200 while accounts are usable.
+    resp = jsonify({"ready": ready, **(health.public() if health is not None else {}), "upstreams": upstreams})
     resp.status_code = 200 if ready else 503
     return resp

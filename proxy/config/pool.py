@@ -1,5 +1,5 @@
-"""The `pool:` section of an upstream's config: selection policy, retries, failure rules, probes
-and balance refresh (see `proxy.pool`). Import-light, like `proxy.config`.
+"""The `pool:` section of an upstream's config: selection policy, retries, failure rules, probes,
+balance refresh and conversation affinity (see `proxy.pool`). Import-light, like `proxy.config`.
 """
 
 from __future__ import annotations
@@ -53,11 +53,17 @@ class PoolConfig:
     rules: tuple[RuleConfig, ...] = ()  # checked before the default classification
     probe: ProbeConfig = field(default_factory=ProbeConfig)
     balance: BalanceConfig | None = None
+    # Conversation affinity (proxy/pool/affinity.py): a conversation's next turn goes to the account
+    # that served its previous one while it can serve, for that account's prompt cache.
+    affinity: bool = True
+    affinity_ttl: float = 3600.0  # seconds a conversation is remembered after its last turn
+    affinity_header: str | None = None  # a client header naming the conversation, before the protocol's own
 
 
 def parse_pool(raw: Any, path: str) -> PoolConfig:
     p = mapping(raw, path)
-    known(p, path, {"policy", "max_attempts", "cooldown", "rules", "probe", "balance"})
+    known(p, path, {"policy", "max_attempts", "cooldown", "rules", "probe", "balance", "affinity", "affinity_ttl",
+                    "affinity_header"})
     rules = p.get("rules", [])
     if not isinstance(rules, list):
         raise ConfigError(f"{path}.rules", "must be a list of {status, match, class, action} rules")
@@ -81,7 +87,27 @@ def parse_pool(raw: Any, path: str) -> PoolConfig:
                           path=str_(probe.get("path", "/models"), f"{path}.probe.path"),
                           interval=number(probe.get("interval", 30), f"{path}.probe.interval", minimum=0.05)),
         balance=balance,
+        affinity=_on_off(p.get("affinity", True), f"{path}.affinity"),
+        affinity_ttl=number(p.get("affinity_ttl", 3600), f"{path}.affinity_ttl", minimum=1),
+        affinity_header=None if p.get("affinity_header") is None
+        else _header_name(p["affinity_header"], f"{path}.affinity_header"),
     )
+
+
+def _on_off(value: Any, path: str) -> bool:
+    """`on` / `off` (YAML reads them as booleans), true / false."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("on", "off"):
+        return value.lower() == "on"
+    raise ConfigError(path, f"must be on or off (got {value!r})")
+
+
+def _header_name(value: Any, path: str) -> str:
+    name = str_(value, path)
+    if not re.fullmatch(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+", name):
+        raise ConfigError(path, f"must be an HTTP header name such as X-Session-Id (got {name!r})")
+    return name.lower()
 
 
 def _rule(raw: Any, path: str) -> RuleConfig:

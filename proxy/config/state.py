@@ -16,9 +16,6 @@ from urllib.parse import urlsplit
 from proxy.config.values import ConfigError, choice, join, known, mapping, str_
 
 BACKENDS = ("sqlite", "redis")
-# The Redis-backed stores are not in this build yet: until they are, `backend: redis` is refused
-# rather than accepted and quietly served from SQLite.
-REDIS_AVAILABLE = False
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 
 
@@ -55,9 +52,6 @@ def parse_state(raw: Any, path: str) -> StateConfig:
         if url is not None:
             raise ConfigError(join(path, "url"), "is only for backend: redis (the sqlite backend uses state_path)")
         return StateConfig(backend=backend, prefix=prefix)
-    if not REDIS_AVAILABLE:
-        raise ConfigError(join(path, "backend"), "redis is not available in this version of llm-proxy yet; "
-                                                 "use sqlite (one host)")
     if url is None:
         raise ConfigError(join(path, "url"), "is required with backend: redis (e.g. redis://redis.internal:6379/0, "
                                              "rediss:// for TLS, a password as ${REDIS_PASSWORD})")

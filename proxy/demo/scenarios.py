@@ -36,6 +36,8 @@ is the tool's result, answers in text. Directives in the last user message, writ
   prefill=S         wait S seconds before the first chunk;  pause=S  go silent S s after it
   hold              after the first chunk, wait until POST /_demo/release?request_id=… (tests)
   endless           keep streaming until the client goes away (tests)
+  cache             model a prompt cache per account: the leading messages the account (API key)
+                    has seen before are reported as `cached_tokens` (proxy/demo/prompt_cache.py)
   hang / hang=S     accept the request and send nothing, not even a status line, until the client
                     goes away — or for S seconds, then answer: an upstream stuck before its headers
                     (`timeouts.first_byte`, `timeouts.first_byte_total`)
@@ -96,7 +98,7 @@ class DirectiveError(ValueError):
 
 
 FLAGS = {"reasoning", "require-reasoning", "parallel", "interleave", "empty", "cite", "length", "fail-midstream",
-         "drop", "quirky", "usage-on-finish", "hold", "endless"}
+         "drop", "quirky", "usage-on-finish", "hold", "endless", "cache"}
 # name → (what its value must be, may it be left out)
 VALUES = {"tool": ("text", True), "stop": ("text", True), "chain": ("count", True), "words": ("count", True),
           "pace": ("number", False), "prefill": ("number", False), "pause": ("number", False),

@@ -52,6 +52,7 @@ from gevent.event import Event
 
 from proxy.demo import compaction, faces, scenarios, strict
 from proxy.demo.http import HTTPRequest, PeerGone, Writer
+from proxy.demo.prompt_cache import PromptCache
 from proxy.errors import ProxyError, kind_for_status
 from proxy.ir.response import ErrorInfo
 
@@ -75,6 +76,7 @@ class DemoUpstream:
         self.scripts: dict[str, list[dict[str, Any]]] = {}
         self.writers: dict[str, Writer] = {}  # the scripted stream of each request id, for its progress
         self.first_keys: dict[str, str] = {}  # request id → the account key it was first tried with
+        self.prompt_cache = PromptCache()  # per account, for requests with [demo:cache]
 
     def _first_try(self, rid: str, key: str | None) -> bool:
         """Whether this is the first account a request is tried on: a retry on the next account
@@ -158,6 +160,11 @@ class DemoUpstream:
         plan = scenarios.plan(body, first_try=first_try)
         if plan.error is not None:
             return w.response(plan.status, _json(plan.error), headers=plan.headers)
+        usage = (plan.body or {}).get("usage")
+        if "cache" in scenarios.directives(body) and isinstance(usage, dict) and record["key"]:
+            # The usage object is shared by the whole answer and the stream's usage chunk.
+            usage["prompt_tokens_details"] = {"cached_tokens": self.prompt_cache.cached_tokens(
+                record["key"], body["messages"])}
         if not body.get("stream"):
             return w.response(200, _json(plan.body))
         w.start_stream()

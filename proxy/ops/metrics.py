@@ -11,6 +11,8 @@ Owns the metric names, their labels and how a record becomes samples:
   llm_proxy_active_streams                                              gauge, streams open now
   llm_proxy_workers                                                     gauge, worker processes alive
   llm_proxy_account_state{upstream,account,state}                       gauge, 1 for the current state
+  llm_proxy_state_store_up{backend}                                     gauge, 1 while the shared state
+                                                                        store answers this worker, 0 degraded
 
 Under gunicorn every worker counts in files of its own (prometheus-client's multiprocess mode, in
 the directory proxy/serving/observability.py gives each instance) and a scrape, whichever worker
@@ -45,6 +47,7 @@ from proxy.ops.hooks import Hooks
 from proxy.ops.records import AttemptRecord, RequestRecord
 from proxy.pool.pool import AccountPool
 from proxy.pool.state import ACTIVE, COOLING, DISABLED
+from proxy.state.health import StoreHealth
 
 MAX_MODELS = 100  # distinct model names labelled per worker; later ones count as "other"
 MAX_MODEL_NAME = 128
@@ -101,8 +104,22 @@ class _AccountStates:
         yield family
 
 
+class _StoreUp:
+    """`llm_proxy_state_store_up`, read from the serving worker's `StoreHealth` when scraped."""
+
+    def __init__(self, health: StoreHealth) -> None:
+        self.health = health
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily("llm_proxy_state_store_up", "1 while the shared state store (Redis, or the "
+                                   "SQLite file) answers this worker; 0 while it is unreachable (degraded: "
+                                   "routing on last known state, usage buffered).", labels=["backend"])
+        family.add_metric([self.health.backend], 1.0 if self.health.up else 0.0)
+        yield family
+
+
 class _Scrape:
-    def __init__(self, *collectors: _Source | _AccountStates) -> None:
+    def __init__(self, *collectors: _Source | _AccountStates | _StoreUp) -> None:
         self.collectors = collectors
 
     def collect(self) -> Iterator[Metric]:
@@ -205,8 +222,12 @@ class Metrics(Hooks):
         return model
 
 
-def render(live: LiveGauges, pools: Mapping[str, AccountPool], accept: str | None) -> tuple[bytes, str]:
+def render(live: LiveGauges, pools: Mapping[str, AccountPool], accept: str | None,
+           health: StoreHealth | None = None) -> tuple[bytes, str]:
     """The exposition for a scrape (Prometheus text, or OpenMetrics if the scraper asks for it) and
     its content type."""
     encoder, content_type = choose_encoder(accept or "")
-    return encoder(_Scrape(live.source, _AccountStates(pools))), content_type
+    collectors: list[_Source | _AccountStates | _StoreUp] = [live.source, _AccountStates(pools)]
+    if health is not None:
+        collectors.append(_StoreUp(health))
+    return encoder(_Scrape(*collectors)), content_type

@@ -121,7 +121,9 @@ class UsageStore(Protocol):
     def try_add(self, usage: Sequence[UsageRow], recent: Sequence[RecentEntry]) -> bool:
         """`add` without a purge, only if it can be done at once without waiting on anyone (another
         process's write, the network): False, with nothing written, otherwise. A blocking store
-        offers it so the common case needs no thread; a store that cannot tell returns False."""
+        offers it so the common case needs no thread; a store that cannot tell returns False. It
+        must not yield to other greenlets (the writer counts on the queue not changing under it),
+        so a networked store returns False."""
 
     def query(self, query: UsageQuery) -> UsageAnswer: ...
 

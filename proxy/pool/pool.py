@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from proxy.config import Account, Upstream
 from proxy.ir.response import Usage
@@ -29,12 +29,20 @@ from proxy.pool.state import ACTIVE, COOLING, DISABLED, AccountState
 from proxy.pool.store import AccountRecord, CounterDelta, ProxyRecord
 
 
+class SlotLedger(Protocol):
+    """`max_concurrency` counted beyond this worker (proxy/pool/redis_slots.py, across hosts)."""
+
+    def acquire(self, upstream: str, account_id: str, limit: int) -> str | None: ...
+    def release(self, token: str) -> None: ...
+
+
 class Lease:
     """An account held for one attempt; `release` exactly once (extra calls are ignored)."""
 
-    def __init__(self, pool: AccountPool, state: AccountState) -> None:
+    def __init__(self, pool: AccountPool, state: AccountState, slot: str | None = None) -> None:
         self._pool = pool
         self.state = state
+        self.slot = slot  # the ledger's token, when the account's max_concurrency is counted beyond this worker
         self._released = False
 
     @property
@@ -48,6 +56,8 @@ class Lease:
             return
         self._released = True
         self._pool._release(self.state, failure, usage, error)
+        if self.slot is not None and self._pool.slots is not None:
+            self._pool.slots.release(self.slot)
 
 
 @dataclass
@@ -61,6 +71,17 @@ class Availability:
     proxies_cooling: int = 0  # in rotation but for their outbound proxies, all cooling
     next_back: float | None = None  # seconds until the soonest cooling account (or proxy) returns
     reasons: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def throttled(self) -> bool | None:
+        """True when every account not disabled is cooling or at max_concurrency (and there is one):
+        throttled, not broken. False when an account is out for another reason (disabled only, or
+        its outbound proxies all cooling); None when the upstream has no account that could serve
+        and none is throttled either (so it neither makes nor spoils a 429 on its own)."""
+        serving = self.total - self.disabled
+        if serving <= 0:
+            return None
+        return self.proxies_cooling == 0 and self.cooling + self.busy == serving
 
 
 class AccountPool:
@@ -83,29 +104,53 @@ class AccountPool:
             self._proxies.know(self.proxies_of(account))
         # Called after a state change, so the keeper writes it now rather than at its next tick.
         self.on_change: Callable[[], None] | None = None
+        # Set by the keeper when the store counts max_concurrency across hosts (Redis); None: this worker's count.
+        self.slots: SlotLedger | None = None
 
     # ------------------------------------------------------------ leasing
 
-    def lease(self, exclude: set[str]) -> Lease | None:
-        """The policy's choice among accounts in rotation, not in `exclude`, with a free slot."""
-        now = self._clock()
-        with self._lock:
-            candidates = [s for s in self._states.values() if s.id not in exclude and s.available(now)
-                          and s.has_room() and self._proxies.any_usable(self.proxies_of(s.account), now)]
-            chosen = selection.choose(self.settings.policy, candidates, list(self._states), self._last_chosen,
-                                      self._rng)
-            if chosen is None:
-                return None
-            if chosen.settle(now):
-                self._changed.add(chosen.id)
-            self._last_chosen = chosen.id
-            chosen.in_flight += 1
-            chosen.requests += 1
-            chosen.last_used = now
-            delta = self._delta(chosen.id)
-            delta.requests += 1
-            delta.last_used = now
-            return Lease(self, chosen)
+    def lease(self, exclude: set[str], prefer: str | None = None) -> Lease | None:
+        """The policy's choice among accounts in rotation, not in `exclude`, with a free slot — or
+        `prefer` if it is one of them (the account that served the conversation's last turn). With a
+        ledger (`slots`), an account with `max_concurrency` must also get a slot from it, asked outside
+        the lock; one refused is skipped for this lease and the choice is made again."""
+        refused: set[str] = set()
+        while True:
+            now = self._clock()
+            with self._lock:
+                chosen = self._choose(exclude | refused if refused else exclude, now, prefer)
+                if chosen is None:
+                    return None
+                limit = chosen.account.max_concurrency
+                if self.slots is None or limit is None:
+                    return self._take(chosen, now, None)
+                chosen.in_flight += 1  # held here while the ledger is asked
+            slot = self.slots.acquire(self.upstream.name, chosen.id, limit)
+            with self._lock:
+                chosen.in_flight -= 1
+                if slot is not None:
+                    return self._take(chosen, now, slot)
+            refused.add(chosen.id)
+
+    def _choose(self, exclude: set[str], now: float, prefer: str | None = None) -> AccountState | None:
+        candidates = [s for s in self._states.values() if s.id not in exclude and s.available(now)
+                      and s.has_room() and self._proxies.any_usable(self.proxies_of(s.account), now)]
+        preferred = next((s for s in candidates if s.id == prefer), None) if prefer is not None else None
+        if preferred is not None:
+            return preferred
+        return selection.choose(self.settings.policy, candidates, list(self._states), self._last_chosen, self._rng)
+
+    def _take(self, chosen: AccountState, now: float, slot: str | None) -> Lease:
+        if chosen.settle(now):
+            self._changed.add(chosen.id)
+        self._last_chosen = chosen.id
+        chosen.in_flight += 1
+        chosen.requests += 1
+        chosen.last_used = now
+        delta = self._delta(chosen.id)
+        delta.requests += 1
+        delta.last_used = now
+        return Lease(self, chosen, slot)
 
     def _release(self, state: AccountState, failure: str | None, usage: Usage | None, error: str | None) -> None:
         with self._lock:
@@ -300,6 +345,12 @@ class AccountPool:
             self._changed.clear()
             self._deltas.clear()
             return records, deltas
+
+    def restate(self) -> None:
+        """Hand the store every account's state again (and the runtime removals) at the next sync:
+        for a shared store that lost its data."""
+        with self._lock:
+            self._changed |= set(self._states) | self._removed
 
     def apply_remote(self, records: list[AccountRecord], counters: bool = False) -> None:
         """Take in state another worker (or an earlier run) stored. With `counters`, also its totals."""

@@ -11,7 +11,7 @@ readable by its owner only). Outbound proxies' states travel the same way, in th
 known by a digest of their URL (never the URL, which may hold credentials).
 
 Calls block (SQLite); the pool's sync greenlet runs them on a real thread, never a request.
-A networked store (Redis, a database) implements the same methods.
+The Redis store (proxy/pool/redis_store.py, several hosts) implements the same methods.
 Pure of Flask and requests.
 """
 

@@ -41,6 +41,10 @@ class ClientSide:
     response_headers: Callable[[str], dict[str, str]] = lambda request_id: {}
     # State the API keeps on the proxy between requests (Responses), given the body and the store.
     conversation: Callable[[dict[str, Any], Any], ConversationState] | None = None
+    # The conversation a request belongs to, as its clients name it (a session header, a cache key,
+    # a user field), given the body and the request's headers (names lower-cased): its next turn goes
+    # to the account that served this one (proxy/relay/affinity.py). None: it names none.
+    affinity_key: Callable[[dict[str, Any], Mapping[str, str]], str | None] = lambda body, headers: None
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ Pure data: must not import Flask or requests.
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -30,6 +30,9 @@ class ConversationState(Protocol):
     def keeper(self, upstream: Upstream, account: str,
                passthrough: bool) -> Callable[[dict[str, Any]], None] | None: ...
 
+    def previous_account(self, upstream: str) -> str | None:
+        """The account of `upstream` that served the turn this request continues, if the state knows."""
+
 
 @dataclass
 class Exchange:
@@ -39,6 +42,8 @@ class Exchange:
     stream: bool
     request_id: str
     headers: dict[str, str] = field(default_factory=dict)  # lower-cased client headers we may forward
+    # Every header of the client's request, names lower-cased, for what names its conversation (affinity).
+    request_headers: Mapping[str, str] = field(default_factory=dict)
     client_socket: socket.socket | None = None
     ir: Request | None = None
     conversation: ConversationState | None = None

@@ -3,10 +3,12 @@
 Owns the order of attempts and when to stop: resolving the client's model to routes (404 when no
 upstream serves it), leasing an account of the route's pool for each attempt (never one this
 request already tried, at most `pool.max_attempts` per route), bounding a stream's wait for its
-first byte across all attempts (`timeouts.first_byte_total`), and what the client is told when no
+first byte across all attempts (`timeouts.first_byte_total`), the account a conversation's turn
+tries first (proxy.relay.affinity), and what the client is told when no
 attempt gave an answer: the upstream's own error when every account failed without being taken
-out of rotation, a 504 that says what was tried when time ran out, else a 503 that says why no
-account is available and when the next one returns (`Retry-After`). A client that hangs up
+out of rotation, a 504 that says what was tried when time ran out, a 429 when every account that
+could serve is rate-limited or cooling, else a 503 that says why no account is available; both say
+when the next one returns (`Retry-After`). A client that hangs up
 before its answer begins ends the loop (499 in the log, the lease released).
 
 Must not build bodies, judge statuses or read answers (one attempt is `proxy.relay.attempt`'s),
@@ -28,6 +30,7 @@ from proxy.ops.hooks import Hooks, HookSet
 from proxy.ops.records import RequestRecord
 from proxy.pool.pool import AccountPool
 from proxy.protocols.exchange import Exchange
+from proxy.relay.affinity import Affinity
 from proxy.relay.attempt import Attempt, NextAccount, RelayResult
 from proxy.relay.first_byte import FirstByteBudget, all_timed_out_message, out_of_time_message
 from proxy.relay.transport import Transport
@@ -51,6 +54,7 @@ class Relay:
     unsupported: UnsupportedFields = field(default_factory=UnsupportedFields)
     clock: Callable[[], float] = time.monotonic  # for the first-byte deadline and the elapsed times logged
     hooks: Hooks = field(default_factory=HookSet)  # told of every attempt and every stream (proxy.ops)
+    affinity: Affinity | None = None  # conversations kept on the account of their last turn
 
     def handle(self, ex: Exchange, record: RequestRecord | None = None) -> RelayResult:
         """The client's answer to `ex`, or a ProxyError. `record` is filled in on the way (where the
@@ -66,17 +70,24 @@ class Relay:
         failures: list[NextAccount] = []
         for route in routes:
             pool = self.pools[route.upstream.name]
+            conversation = prefer = None
+            if self.affinity is not None:
+                conversation = self.affinity.conversation(ex, route.upstream)
+                prefer = self.affinity.preferred(ex, route.upstream, conversation)
             tried: set[str] = set()
             while len(tried) < pool.settings.max_attempts:
                 if budget.spent():
                     raise self._out_of_time(ex, budget, failures)
-                lease = pool.lease(tried)
+                lease = pool.lease(tried, prefer)
                 if lease is None:
                     break
                 tried.add(lease.account.id)
                 try:
                     with hangup_aborts(ex.client_socket):
-                        return Attempt(self, ex, route, lease, budget, record).run()
+                        result = Attempt(self, ex, route, lease, budget, record).run()
+                    if self.affinity is not None:
+                        self.affinity.served(route.upstream, conversation, lease.account.id, prefer)
+                    return result
                 except NextAccount as failed:
                     failures.append(failed)
                 except ClientGone:
@@ -106,9 +117,10 @@ class Relay:
             # Every account was tried and none was taken out of rotation: the upstream itself is
             # unreachable or overloaded, and its own error says so better than "no account".
             return ProxyError.from_info(failures[-1].info)
-        parts, next_back = [], None
+        parts, next_back, throttled = [], None, []
         for route in routes:
             avail = self.pools[route.upstream.name].availability()
+            throttled.append(avail.throttled)
             why = ", ".join(f"{n} {reason}" for reason, n in sorted(avail.reasons.items()))
             proxies = f", {n} whose outbound proxies are all cooling" if (n := avail.proxies_cooling) else ""
             parts.append(f"upstream {route.upstream.name!r} has {avail.total} account(s): {avail.cooling} cooling, "
@@ -116,11 +128,20 @@ class Relay:
                          + (f" ({why})" if why else ""))
             if avail.next_back is not None:
                 next_back = avail.next_back if next_back is None else min(next_back, avail.next_back)
-        message = f"No active account is available for model {ex.model!r}: " + "; ".join(parts) + "."
+        # Every account that could serve is rate-limited, cooling or at max_concurrency: a 429, which
+        # SDKs and agents back off on and retry after Retry-After (the soonest return), where a 503
+        # would read as an outage. 503 stays for accounts disabled or absent.
+        rate_limited = any(throttled) and all(t is not False for t in throttled)
+        head = ("Every account that could serve model {!r} is rate-limited or busy" if rate_limited
+                else "No active account is available for model {!r}")
+        message = head.format(ex.model) + ": " + "; ".join(parts) + "."
         if next_back is not None:
             message += f" The next cooling account returns in {max(1, math.ceil(next_back))}s."
         if failures:
             last = failures[-1].info
             message += f" The last attempt failed with HTTP {last.status}: {last.message}"
         headers = {"Retry-After": str(max(1, math.ceil(next_back)))} if next_back is not None else {}
+        if rate_limited:
+            headers.setdefault("Retry-After", "1")
+            return ProxyError(429, message, "rate_limit", code="all_accounts_rate_limited", headers=headers)
         return ProxyError(503, message, "unavailable", code="no_active_account", headers=headers)

@@ -27,6 +27,7 @@ from proxy.blueprints import (
     admin,
     admin_status,
     http,
+    keys,
     messages,
     models,
     readiness,
@@ -41,24 +42,26 @@ from proxy.blueprints import reload as reload_endpoints
 from proxy.blueprints.auth import KeyChecker
 from proxy.blueprints.completions import completions_blueprint
 from proxy.config import Config
+from proxy.limits.limiter import Limiter
 from proxy.ops.hooks import HookSet
 from proxy.ops.log_lines import LogLines
 from proxy.ops.metrics import LiveGauges, Metrics
 from proxy.ops.recent import RecentRequests
 from proxy.ops.usage import UsageAccounting
-from proxy.ops.usage_store import open_usage_store
 from proxy.ops.usage_writer import UsageWriter
 from proxy.pool.pool import AccountPool
-from proxy.pool.store import MemoryStore, SQLiteStore, StateStore
 from proxy.protocols import registry
 from proxy.protocols.responses.compaction import Sealer
 from proxy.protocols.responses.store import ResponseStore
+from proxy.relay.affinity import Affinity
 from proxy.relay.loop import Relay
 from proxy.relay.transport import HTTPTransport
 from proxy.routing import Router
 from proxy.serving import master
 from proxy.serving.compaction_key import compaction_secret
 from proxy.serving.reconfigure import Reloader
+from proxy.serving.state_backend import open_stores
+from proxy.state.health import StoreHealth
 from proxy.upstream.catalog import Catalog
 from proxy.upstream.client import UpstreamClient
 from proxy.upstream.keeper import PoolKeeper
@@ -84,6 +87,8 @@ class AppState:
     config_loaded_at: float = 0.0
     config_generation: int = 1
     metrics: Metrics | None = None  # None: metrics.enabled is false
+    store_health: StoreHealth | None = None  # whether the shared state store (Redis) answers now
+    limiter: Limiter | None = None  # client keys' limits (proxy.limits); set by create_app
 
 
 def create_app(config: Config | None = None, start_background: bool = True) -> Flask:
@@ -102,12 +107,15 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
     logs.configure(config.log_level, config.logging.format)
     config = registry.resolve(config)  # every upstream's protocol by its name; plugins imported
     client = UpstreamClient(trust_env=config.trust_env)
-    store: StateStore = SQLiteStore(config.state_path) if config.state_path else MemoryStore()
-    keeper = PoolKeeper({}, store, client)
+    stores = open_stores(config)  # state.backend: sqlite (one host) or redis (several)
+    keeper = PoolKeeper({}, stores.pool, client, holder=stores.holder, slots=stores.slots)
+    keeper.tick_hooks += stores.tick_hooks
     hooks = HookSet([LogLines()])  # the operators' concerns plug in here (proxy.ops)
+    limiter = Limiter.open(config)  # client keys' limits: charged when each request ends
+    hooks.add(limiter)
     usage_writer = None
     if config.usage.enabled:
-        usage_writer = UsageWriter(open_usage_store(config.state_path), config.usage.retention_days)
+        usage_writer = UsageWriter(stores.usage, config.usage.retention_days)
         hooks.add(RecentRequests(usage_writer))  # before usage: its entry rides along with the usage commit
         hooks.add(UsageAccounting(usage_writer))
     live = LiveGauges()
@@ -121,15 +129,17 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
     metrics = Metrics(live, served) if config.metrics.enabled else None
     if metrics is not None:
         hooks.add(metrics)
-    parts = config_parts(config, keeper, client, hooks)  # states, counters and runtime accounts from before a restart
+    affinity = Affinity.open(config)  # which account served each conversation last
+    # states, counters and runtime accounts from before a restart
+    parts = config_parts(config, keeper, client, hooks, affinity=affinity)
     if start_background:
         keeper.start()
-    responses_store = ResponseStore(config.response_store.max_entries, config.response_store.ttl,
-                                    sealer=Sealer(compaction_secret(config)))
+    responses_store = stores.responses
+    responses_store.sealer = Sealer(compaction_secret(config))
     source = config.source if config.source != "<memory>" else None
     state = AppState(**parts, response_store=responses_store, keeper=keeper, hooks=hooks, client=client,
                      usage=usage_writer, live=live, metrics=metrics, config_source=source, config_loaded_at=time.time(),
-                     config_generation=generation)
+                     config_generation=generation, store_health=stores.health, limiter=limiter)
 
     app = Flask("proxy")
     app.extensions["llm_proxy"] = state
@@ -148,12 +158,13 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
     app.register_blueprint(readiness.bp)
     app.register_blueprint(reload_endpoints.bp)
     app.register_blueprint(usage.bp)
+    app.register_blueprint(keys.bp)
     app.register_blueprint(status_page.bp)
     return app
 
 
 def config_parts(config: Config, keeper: PoolKeeper, client: UpstreamClient, hooks: HookSet,
-                 reload: bool = False) -> dict[str, Any]:
+                 reload: bool = False, affinity: Affinity | None = None) -> dict[str, Any]:
     """The `AppState` fields built from the config: its pools (the keeper's own where the upstream
     is still configured, so leases out and `max_concurrency` stay right; a reload reconciles each
     with the file, proxy.pool.membership), the router and relay, the catalog and the key checkers."""
@@ -164,6 +175,7 @@ def config_parts(config: Config, keeper: PoolKeeper, client: UpstreamClient, hoo
             pools[upstream.name].reconfigure(upstream)
     keeper.client = client
     secrets = tuple(a.api_key for u in config.upstreams for a in u.accounts)
-    relay = Relay(config, Router(config.upstreams), pools, HTTPTransport(client, pools), secrets, hooks=hooks)
+    relay = Relay(config, Router(config.upstreams), pools, HTTPTransport(client, pools), secrets, hooks=hooks,
+                  affinity=affinity)
     return {"config": config, "relay": relay, "catalog": Catalog(config, pools, client), "pools": pools,
             "client_keys": KeyChecker(config.client_keys), "admin_keys": KeyChecker(config.admin_keys)}

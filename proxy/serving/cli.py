@@ -1,4 +1,4 @@
-"""The `llm-proxy` command: `serve`, `demo` and `check-config`.
+"""The `llm-proxy` command: `serve`, `demo`, `check-config` and `state export | import`.
 
 Owns the command line: validating the config before anything starts (an invalid config exits
 with status 2 and one line naming the key and the problem — no traceback), starting gunicorn
@@ -52,9 +52,17 @@ def main(argv: list[str] | None = None) -> int:
     check = sub.add_parser("check-config", help="validate a config file and exit")
     check.add_argument("config", help="YAML config file")
 
+    state = sub.add_parser("state", help="move account states, the overlay and usage between SQLite and Redis")
+    state.add_argument("action", choices=("export", "import"), help="export: the config's store to FILE; "
+                                                                   "import: FILE into the config's store")
+    state.add_argument("file", metavar="FILE", help="JSON lines file ('-' for stdout / stdin)")
+    state.add_argument("--config", required=True, help="YAML config file (its state: section says which store)")
+
     args = parser.parse_args(argv)
     if args.command == "check-config":
         return _check(args.config)
+    if args.command == "state":
+        return _state(args.action, args.file, args.config)
     if args.command == "serve":
         return _serve(args.config, args.bind, args.workers)
     return _demo(args.bind, args.upstream_protocol)
@@ -68,6 +76,17 @@ def _at_least_one(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1 (got {value}): with no worker nothing would serve")
     return value
+
+
+def _state(action: str, path: str, config_path: str) -> int:
+    try:
+        config = load_checked(config_path)
+    except ConfigError as exc:
+        print(f"llm-proxy: config error: {exc}", file=sys.stderr)
+        return 2
+    from proxy.serving import state_transfer  # the stores: not for the master's imports
+
+    return state_transfer.run(action, config, path)
 
 
 def _check(path: str) -> int:

@@ -3,9 +3,10 @@
 Owns two checks: `checked(path)` — the file loaded and validated, every upstream's protocol
 resolved against the registry (plugins imported) — and `for_reload(current, path)`, which also
 refuses what a running proxy cannot take from a new file: another `state_path` (its workers share
-that file, and switching it under them would split the pool's state), other `protocol_plugins`
-(a protocol's endpoint is set up when the app is built), and another `metrics.enabled`,
-`usage.enabled` or `logging.format` (the metrics directory and gunicorn's logger class are set up when gunicorn
+that file, and switching it under them would split the pool's state) or another `state:` section
+(the Redis every worker's stores are connected to), other `protocol_plugins` (a protocol's endpoint
+is set up when the app is built), and another `metrics.enabled`, `usage.enabled` or
+`logging.format` (the metrics directory and gunicorn's logger class are set up when gunicorn
 starts). Every refusal is a `ConfigError` naming the
 key, like any other config error, so the caller prints or logs one line.
 
@@ -18,15 +19,21 @@ gevent workers patch the standard library.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 from proxy.config import Config, ConfigError, load
 from proxy.protocols import registry
+from proxy.state.redis_connection import MISSING_PACKAGE
 
 
 def checked(path: str) -> Config:
-    """The config at `path`, with every upstream's protocol checked against the registry."""
-    return registry.resolve(load(path))
+    """The config at `path`, with every upstream's protocol checked against the registry, and the
+    `redis` package present if the state lives in Redis (found, not imported: the master stays light)."""
+    config = registry.resolve(load(path))
+    if config.state.backend == "redis" and importlib.util.find_spec("redis") is None:
+        raise ConfigError("state.backend", MISSING_PACKAGE)
+    return config
 
 
 def for_reload(current: Config, path: str) -> Config:
@@ -35,6 +42,10 @@ def for_reload(current: Config, path: str) -> Config:
     if _state_file(new.state_path) != _state_file(current.state_path):
         raise ConfigError("state_path", f"cannot change on a reload (the proxy runs with {current.state_path!r}): "
                                         "its workers share that file; restart the proxy to use another")
+    if new.state != current.state:
+        raise ConfigError("state", f"cannot change on a reload (the proxy runs with backend {current.state.backend!r}"
+                                   f"{' at ' + str(current.state.shown_url) if current.state.url else ''}): every "
+                                   "worker's stores are opened when it starts; restart the proxy to use another")
     if new.protocol_plugins != current.protocol_plugins:
         raise ConfigError("protocol_plugins", f"cannot change on a reload (the proxy runs with "
                                               f"{list(current.protocol_plugins)}): a protocol's endpoint is set up "

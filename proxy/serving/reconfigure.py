@@ -89,7 +89,8 @@ class Reloader:
         client = state.client
         if config.trust_env != state.config.trust_env:
             client = UpstreamClient(trust_env=config.trust_env)  # requests in flight keep the old session
-        parts = config_parts(config, state.keeper, client, state.hooks, reload=True)
+        parts = config_parts(config, state.keeper, client, state.hooks, reload=True,
+                             affinity=state.relay.affinity)  # what conversations learnt outlives a reload
         logs.configure(config.log_level, config.logging.format)
         state.response_store.max_entries = config.response_store.max_entries
         state.response_store.ttl = config.response_store.ttl

@@ -26,6 +26,8 @@ def summary_fields(config: Config, listeners: Sequence[str], workers: int, contr
     root = listeners[0] if listeners else "?"
     upstreams = "; ".join(f"{u.name} ({u.protocol}, {_count(len(u.accounts), 'account')})" for u in config.upstreams)
     state = os.path.abspath(config.state_path) if config.state_path else "in memory (state_path: null)"
+    if config.state.backend == "redis":  # shared by several hosts; the URL without its password
+        state = f"redis {config.state.shown_url} (prefix {config.state.prefix!r})"
     if config.admin_keys:
         admin = f"on ({_count(len(config.admin_keys), 'admin key')}); status page {root}/admin/"
     else:

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 CONNECT_TIMEOUT = 2.0  # seconds to open a connection
 COMMAND_TIMEOUT = 2.0  # seconds for one command's answer
 HEALTH_CHECK_INTERVAL = 30  # seconds a pooled connection may idle before it is PINGed on reuse
+MISSING_PACKAGE = "redis needs the redis package: pip install 'llm-proxy[redis]'"
 
 
 def connect(state: StateConfig) -> redis.Redis:
@@ -31,7 +32,7 @@ def connect(state: StateConfig) -> redis.Redis:
     try:
         import redis
     except ImportError:
-        raise ConfigError("state.backend", "redis needs the redis package: pip install 'llm-proxy[redis]'") from None
+        raise ConfigError("state.backend", MISSING_PACKAGE) from None
     return redis.Redis.from_url(state.url, socket_connect_timeout=CONNECT_TIMEOUT, socket_timeout=COMMAND_TIMEOUT,
                                 health_check_interval=HEALTH_CHECK_INTERVAL)
 
@@ -39,3 +40,11 @@ def connect(state: StateConfig) -> redis.Redis:
 def key(state: StateConfig, *parts: str) -> str:
     """A key under the configured prefix: key(state, "account", "main", "a1") → "llm-proxy:account:main:a1"."""
     return state.prefix + ":".join(parts)
+
+
+def unreachable_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions that mean Redis could not be reached or did not answer in time (a store
+    degrades on these, and raises anything else)."""
+    import redis
+
+    return (redis.ConnectionError, redis.TimeoutError, OSError)

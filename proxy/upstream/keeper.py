@@ -3,7 +3,10 @@ healthy.
 
 Owns, every `SYNC_INTERVAL` seconds: handing this worker's pool changes to the store and taking
 in other workers' (so an account out of rotation in one worker is out in all within ~2 s, and so
-is an outbound proxy); and, in the one worker per host that holds the store's leader lease,
+is an outbound proxy — at once with a store that announces changes, Redis's pub/sub, which wakes
+the keeper from a greenlet of its own); renewing this worker's `max_concurrency` slots when they
+are counted across hosts; running the `tick_hooks` (a store's retry of what it buffered while
+unreachable); and, in the one worker (per host; per cluster with Redis) that holds the store's leader lease,
 probing disabled accounts (config `pool.probe`, default `GET {base_url}/models` with the account's
 key) and re-enabling those that answer — except accounts an admin disabled —, probing cooling
 outbound proxies the same way (the same request through the proxy, with the key of an account
@@ -33,7 +36,7 @@ from gevent.event import Event
 from proxy.config import Account, Timeouts, Upstream
 from proxy.config.values import redact_proxy_url
 from proxy.pool.classify import cooldown_until
-from proxy.pool.pool import AccountPool
+from proxy.pool.pool import AccountPool, SlotLedger
 from proxy.pool.proxies import ProxyState
 from proxy.pool.state import COOLING, DISABLED, AccountState
 from proxy.pool.store import StateStore
@@ -49,7 +52,11 @@ _running: list[PoolKeeper] = []
 
 
 def blocking(fn: Callable[..., T], *args: Any) -> T:
-    """Run a blocking call on a real thread when gevent drives this process, so the loop goes on."""
+    """Run a blocking call on a real thread when gevent drives this process, so the loop goes on.
+    A method of a `cooperative` store (network IO over gevent's sockets: Redis) runs here, on the
+    calling greenlet — its connections belong to this thread's event loop."""
+    if getattr(getattr(fn, "__self__", None), "cooperative", False):
+        return fn(*args)
     if monkey.is_module_patched("socket"):
         return gevent.get_hub().threadpool.apply(fn, args)
     return fn(*args)
@@ -57,11 +64,14 @@ def blocking(fn: Callable[..., T], *args: Any) -> T:
 
 class PoolKeeper:
     def __init__(self, pools: dict[str, AccountPool], store: StateStore, client: UpstreamClient,
-                 holder: str | None = None) -> None:
+                 holder: str | None = None, slots: SlotLedger | None = None) -> None:
         self.pools = pools
         self.store = store
         self.client = client
         self.holder = holder or f"{os.uname().nodename}:{os.getpid()}"
+        self.slots = slots  # max_concurrency across hosts (Redis); renewed every tick
+        self.tick_hooks: list[Callable[[], None]] = []  # run every tick (retries of buffered writes)
+        self._watcher: gevent.Greenlet | None = None
         self._version = 0
         self._proxy_version = 0
         self._greenlet: gevent.Greenlet | None = None
@@ -73,6 +83,7 @@ class PoolKeeper:
         self._retired: list[AccountPool] = []  # pools of an earlier config with leases still out
         for pool in pools.values():
             pool.on_change = self._wake.set
+            pool.slots = slots
 
     def adopt(self, pools: dict[str, AccountPool]) -> None:
         """The pools to keep, at start and after a config reload. A pool new to the keeper takes in
@@ -83,6 +94,7 @@ class PoolKeeper:
             records = blocking(self.store.load) if fresh else []
             for pool in fresh:
                 pool.on_change = self._wake.set
+                pool.slots = self.slots
                 pool.apply_remote([r for r in records if r.upstream == pool.upstream.name], counters=True)
             if not self.pools and not self._version:  # the first pools: everything stored is taken in
                 self._version = max((r.version for r in records), default=0)
@@ -94,8 +106,14 @@ class PoolKeeper:
         if self._greenlet is None:
             self._greenlet = gevent.spawn(self._run)
             _running.append(self)
+            watch = getattr(self.store, "watch", None)
+            if watch is not None:  # a store that announces changes (Redis pub/sub): sync as they come
+                self._watcher = gevent.spawn(watch, self._wake.set)
 
     def stop(self) -> None:
+        if self._watcher is not None:
+            self._watcher.kill(block=True, timeout=5)
+            self._watcher = None
         if self._greenlet is not None:
             self._greenlet.kill(block=True, timeout=5)
             self._greenlet = None
@@ -107,6 +125,12 @@ class PoolKeeper:
         while True:
             try:
                 self.sync()
+                if self.slots is not None:
+                    renew = getattr(self.slots, "renew", None)
+                    if renew is not None:
+                        renew()
+                for hook in self.tick_hooks:
+                    hook()
                 if blocking(self.store.lead, self.holder, 5 * SYNC_INTERVAL):
                     self.maintain(time.time())
             except gevent.GreenletExit:
@@ -122,6 +146,10 @@ class PoolKeeper:
         """Write this worker's changes, read everyone else's. One at a time: an admin request that
         syncs must not read the store while the keeper's own write is still on its way."""
         with self._sync_lock:
+            reseed = getattr(self.store, "take_reseed", None)
+            if reseed is not None and reseed():  # the shared store lost its data: give it ours again
+                for pool in self.pools.values():
+                    pool.restate()
             states, deltas, proxies = [], [], []
             # Judged before their changes are taken: a lease released after this is written next time.
             drained = [pool for pool in self._retired if not pool.busy()]

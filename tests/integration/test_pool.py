@@ -1,6 +1,6 @@
 """The account pool through a live proxy: every failure class on all six paths (three protocols,
 streaming and not), which account keys reached the upstream and in what order, the states that
-result, the 503 when no account is left, and the admin API."""
+result, the 429 when every account is throttled and the 503 when none is left, and the admin API."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anthropic
+import openai
 import pytest
 
 from tests import audit
@@ -153,22 +155,53 @@ def test_failure_classes(pool_proxy: ProxyServer, demo_upstream: DemoUpstream, c
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_no_account_left_is_503_saying_why(pool_proxy: ProxyServer, demo_upstream: DemoUpstream, protocol: str) -> None:
+def test_every_account_throttled_is_429_and_none_left_is_503_saying_why(
+        pool_proxy: ProxyServer, demo_upstream: DemoUpstream, protocol: str) -> None:
     demo_upstream.control("/_demo/keys", method="DELETE")
     admin(pool_proxy, "POST", "/admin/accounts/main/bad/disable", {"reason": "maintenance"})
     demo_upstream.control("/_demo/keys", body={GOOD: {"status": 429, "headers": {"Retry-After": "90"}}})
     admin(pool_proxy, "POST", "/admin/accounts/main/good/enable")
-    request_id = f"pool-503-{uuid.uuid4().hex}"
+    request_id = f"pool-429-{uuid.uuid4().hex}"
     status, body = call(pool_proxy, protocol, False, "pool-x", request_id)
-    assert status == 503
+    assert status == 429  # the one account that could serve is rate-limited: not an outage
     message = body["error"]["message"]
-    assert message.startswith("No active account is available for model 'pool-x': upstream 'main' has 2 account(s): "
-                              "1 cooling, 1 disabled, 0 at max_concurrency")
+    assert message.startswith("Every account that could serve model 'pool-x' is rate-limited or busy: upstream "
+                              "'main' has 2 account(s): 1 cooling, 1 disabled, 0 at max_concurrency")
     assert "admin: maintenance" in message and "returns in 9" in message and "failed with HTTP 429" in message
     assert [r["key"] for r in demo_upstream.requests(request_id)] == [GOOD]
-    again = f"pool-503-{uuid.uuid4().hex}"
-    assert call(pool_proxy, protocol, True, "pool-x", again)[0] == 503
+    again = f"pool-429-{uuid.uuid4().hex}"
+    assert call(pool_proxy, protocol, True, "pool-x", again)[0] == 429
     assert demo_upstream.requests(again) == []  # nothing in rotation: nothing sent
+    admin(pool_proxy, "POST", "/admin/accounts/main/good/disable", {"reason": "maintenance"})
+    status, body = call(pool_proxy, protocol, True, "pool-x", f"pool-503-{uuid.uuid4().hex}")
+    assert status == 503 and body["error"]["message"].startswith(  # disabled is not throttled
+        "No active account is available for model 'pool-x': upstream 'main' has 2 account(s): 0 cooling, 2 disabled")
+    demo_upstream.control("/_demo/keys", method="DELETE")
+    for name in ("bad", "good"):
+        admin(pool_proxy, "POST", f"/admin/accounts/main/{name}/enable")
+
+
+def test_sdks_raise_rate_limit_error_with_retry_after_when_every_account_cools(
+        pool_proxy: ProxyServer, demo_upstream: DemoUpstream) -> None:
+    demo_upstream.control("/_demo/keys", method="DELETE")
+    demo_upstream.control("/_demo/keys", body={key: {"status": 429, "headers": {"Retry-After": "30"}}
+                                               for key in (BAD, GOOD)})
+    for name in ("bad", "good"):
+        admin(pool_proxy, "POST", f"/admin/accounts/main/{name}/enable")
+    chat = openai.OpenAI(base_url=f"{pool_proxy.url}/v1", api_key=CLIENT_KEY, max_retries=0)
+    with pytest.raises(openai.RateLimitError) as oa:  # both accounts answer 429 and cool
+        chat.chat.completions.create(model="pool-x", messages=[{"role": "user", "content": "hi"}])
+    assert 25 <= int(oa.value.response.headers["retry-after"]) <= 30
+    assert oa.value.code == "all_accounts_rate_limited" and "2 cooling" in oa.value.message
+    with pytest.raises(openai.RateLimitError) as resp:
+        chat.responses.create(model="pool-x", input="hi")
+    assert 1 <= int(resp.value.response.headers["retry-after"]) <= 30
+    claude = anthropic.Anthropic(base_url=pool_proxy.url, api_key=CLIENT_KEY, max_retries=0)
+    with pytest.raises(anthropic.RateLimitError) as an, claude.messages.stream(
+            model="pool-x", max_tokens=20, messages=[{"role": "user", "content": "hi"}]) as s:
+        s.until_done()
+    assert 1 <= int(an.value.response.headers["retry-after"]) <= 30
+    assert an.value.body["error"]["type"] == "rate_limit_error"  # type: ignore[index]
     demo_upstream.control("/_demo/keys", method="DELETE")
     for name in ("bad", "good"):
         admin(pool_proxy, "POST", f"/admin/accounts/main/{name}/enable")

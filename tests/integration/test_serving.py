@@ -144,13 +144,13 @@ def test_readyz_says_whether_every_upstream_has_an_active_account(demo_upstream:
                                 "models": {"serve": ["spare-*"]}, "accounts": [{"id": "s1", "api_key": "sk-ready-s1"}]})
     server = start_proxy(config, tmp_path)
     try:
-        assert readyz(server) == (200, {"ready": True, "upstreams": {
+        assert readyz(server) == (200, {"ready": True, "state": "ok", "state_backend": "sqlite", "upstreams": {
             "main": {"active": 2, "cooling": 0, "disabled": 0}, "spare": {"active": 1, "cooling": 0, "disabled": 0}}})
         admin(server, "POST", "/admin/accounts/main/acct-1/disable", {"reason": "test"})
         status, body = readyz(server)
         assert status == 200 and body["upstreams"]["main"] == {"active": 1, "cooling": 0, "disabled": 1}
         admin(server, "POST", "/admin/accounts/spare/s1/disable", {"reason": "test"})
-        assert readyz(server) == (503, {"ready": False, "upstreams": {
+        assert readyz(server) == (503, {"ready": False, "state": "ok", "state_backend": "sqlite", "upstreams": {
             "main": {"active": 1, "cooling": 0, "disabled": 1}, "spare": {"active": 0, "cooling": 0, "disabled": 1}}})
         admin(server, "POST", "/admin/accounts/spare/s1/enable")
         assert readyz(server)[0] == 200

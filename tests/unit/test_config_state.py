@@ -22,24 +22,11 @@ def with_state(state: Any) -> dict[str, Any]:
     return {**MINIMAL, "state": state}
 
 
-@pytest.fixture
-def redis_built(monkeypatch: pytest.MonkeyPatch) -> None:
-    """As when the Redis-backed stores are in the build (proxy.config.state.REDIS_AVAILABLE)."""
-    monkeypatch.setattr("proxy.config.state.REDIS_AVAILABLE", True)
-
-
-def test_until_the_redis_stores_exist_the_backend_is_refused_not_ignored() -> None:
-    with pytest.raises(ConfigError) as caught:
-        parse(with_state({"backend": "redis", "url": "redis://127.0.0.1:6379"}))
-    assert str(caught.value).startswith("state.backend: redis is not available")
-
-
 def test_sqlite_is_the_default() -> None:
     config = parse(MINIMAL)
     assert (config.state.backend, config.state.url, config.state.prefix) == ("sqlite", None, "llm-proxy:")
 
 
-@pytest.mark.usefixtures("redis_built")
 def test_redis_with_a_password_from_the_environment() -> None:
     config = parse(with_state({"backend": "redis", "url": "rediss://proxy:${REDIS_PASSWORD}@redis.internal:6380/2",
                                "prefix": "team-a:"}), environ={"REDIS_PASSWORD": "s3cret"})
@@ -49,7 +36,6 @@ def test_redis_with_a_password_from_the_environment() -> None:
     assert key(config.state, "account", "u", "a") == "team-a:account:u:a"
 
 
-@pytest.mark.usefixtures("redis_built")
 @pytest.mark.parametrize(("state", "where", "says"), [
     ({"backend": "redis"}, "state.url", "is required with backend: redis"),
     ({"backend": "redis", "url": "http://:pw@host:6379"}, "state.url", "must start with redis://"),

@@ -40,7 +40,7 @@ def test_a_value_the_directive_does_not_take_is_named(text: str, message: str) -
 def test_an_unknown_directive_lists_the_known_ones() -> None:
     with pytest.raises(DirectiveError) as err:
         plan(body("hi [demo:reasonig]"))
-    assert str(err.value).startswith("[demo:reasonig] is not a demo directive; the known ones are chain, cite, drop")
+    assert str(err.value).startswith("[demo:reasonig] is not a demo directive; the known ones are cache, chain, cite, drop")
 
 
 def test_valid_values_and_bare_directives_still_work() -> None:

@@ -378,11 +378,11 @@ def test_a_model_no_upstream_serves_is_a_404_that_says_where_to_look() -> None:
     assert transport.calls == []
 
 
-def test_the_503_says_when_the_next_account_returns_and_retry_after_counts_down() -> None:
+def test_the_429_says_when_the_next_account_returns_and_retry_after_counts_down() -> None:
     relay, transport, clock = relay_for(upstream("a", accounts=1))
     transport.on("a1", answer(429, {"error": {"message": "slow down"}}, **{"Retry-After": "30"}))
     first = refusal(relay, request())
-    assert first.info.status == 503
+    assert (first.info.status, first.info.kind, first.info.code) == (429, "rate_limit", "all_accounts_rate_limited")
     assert first.info.message.endswith("The next cooling account returns in 30s. "
                                        "The last attempt failed with HTTP 429: slow down")
     assert first.headers == {"Retry-After": "30"}
@@ -390,10 +390,27 @@ def test_the_503_says_when_the_next_account_returns_and_retry_after_counts_down(
     clock.now += 12
     second = refusal(relay, request())
     assert transport.accounts == ["a1"]  # nothing to try: the only account is cooling
-    assert second.info.message == (
-        "No active account is available for model 'm': upstream 'a' has 1 account(s): 1 cooling, 0 disabled, "
+    assert second.info.status == 429 and second.info.message == (
+        "Every account that could serve model 'm' is rate-limited or busy: upstream 'a' has 1 account(s): "
+        "1 cooling, 0 disabled, "
         "0 at max_concurrency (1 exhausted: HTTP 429: slow down). The next cooling account returns in 18s.")
     assert second.headers == {"Retry-After": "18"}
+
+
+def test_cooling_beside_disabled_is_a_429_and_only_disabled_or_broken_is_a_503() -> None:
+    relay, transport, _ = relay_for(upstream("a", accounts=2), upstream("b", accounts=1))
+    transport.on("a1", answer(401, {"error": {"message": "revoked"}}))
+    transport.on("a2", answer(429, {"error": {"message": "slow down"}}, **{"Retry-After": "40"}))
+    transport.on("b1", answer(429, {"error": {"message": "slow down"}}, **{"Retry-After": "25"}))
+    err = refusal(relay, request())
+    assert transport.accounts == ["a1", "a2", "b1"]
+    assert (err.info.status, err.info.kind) == (429, "rate_limit")  # the accounts that could serve are cooling
+    assert err.headers == {"Retry-After": "25"}  # the soonest return, across upstreams
+    relay.pools["b"].disable("b1", "admin: off")
+    relay.pools["a"].disable("a2", "admin: off")
+    only_disabled = refusal(relay, request())
+    assert (only_disabled.info.status, only_disabled.info.code) == (503, "no_active_account")
+    assert only_disabled.headers == {}
 
 
 # ---------------------------------------------------------------- the first byte's deadline

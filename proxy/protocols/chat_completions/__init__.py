@@ -47,6 +47,7 @@ CLIENT = ClientSide(
     encode_response=lambda resp, ex: response.encode(resp, ex.model),
     stream_encoder=lambda ex: ChatStreamEncoder(ex.model, _client_wants_usage(ex.body)),
     error_body=error_body,
+    affinity_key=request.conversation_key,
 )
 
 UPSTREAM = UpstreamSide(

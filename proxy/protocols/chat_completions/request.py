@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from proxy.errors import invalid
@@ -249,3 +250,13 @@ def _decode_response_format(fmt: Any) -> ResponseFormat | None:
     schema = get(fmt, "json_schema", dict, "response_format", required=True)
     return ResponseFormat("json_schema", name=schema.get("name"), schema=schema.get("schema"),
                           strict=schema.get("strict"), description=schema.get("description"))
+
+
+def conversation_key(body: dict[str, Any], headers: Mapping[str, str]) -> str | None:
+    """What names a Chat client's conversation: `prompt_cache_key` (OpenAI's own key for routing
+    requests that share a prefix to one cache), else `user` (one end user's requests)."""
+    for field in ("prompt_cache_key", "user"):
+        value = body.get(field)
+        if isinstance(value, str) and value:
+            return f"{field}:{value}"
+    return None

@@ -75,6 +75,7 @@ CLIENT = ClientSide(
     forwarded_headers=("anthropic-version", "anthropic-beta"),
     cors_headers=("anthropic-version", "anthropic-beta", "anthropic-dangerous-direct-browser-access"),
     response_headers=lambda request_id: {"request-id": request_id},  # what Anthropic's SDKs read
+    affinity_key=request.conversation_key,
 )
 
 UPSTREAM = UpstreamSide(

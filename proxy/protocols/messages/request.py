@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from proxy.errors import invalid
@@ -269,3 +270,15 @@ def _thinking_part(block: dict[str, Any]) -> ReasoningPart:
     if encrypted is not None:
         return ReasoningPart(text=text, encrypted=encrypted)
     return ReasoningPart(text=text, signature=signature)
+
+
+def conversation_key(body: dict[str, Any], headers: Mapping[str, str]) -> str | None:
+    """What names a Messages client's conversation: Claude Code's session (2.1 sends the header
+    `X-Claude-Code-Session-Id` on every request of a session, subagents included), else
+    `metadata.user_id` (which Claude Code fills with the user, account and session ids)."""
+    session = headers.get("x-claude-code-session-id")
+    if session:
+        return f"session:{session}"
+    metadata = body.get("metadata")
+    user = metadata.get("user_id") if isinstance(metadata, dict) else None
+    return f"user_id:{user}" if isinstance(user, str) and user else None

@@ -84,6 +84,7 @@ CLIENT = ClientSide(
     # previous_response_id and item_reference: the proxy keeps what upstreams that are not this one
     # cannot (proxy.protocols.responses.conversation).
     conversation=ResponsesConversation,
+    affinity_key=request.conversation_key,
 )
 
 UPSTREAM = UpstreamSide(

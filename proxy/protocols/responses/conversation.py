@@ -110,6 +110,14 @@ class ResponsesConversation:
         self.store.put(final, self._items_of_this_request(strict=False), self.body.get("previous_response_id"),
                        None, retrievable=self.body.get("store", True) is not False)
 
+    def previous_account(self, upstream: str) -> str | None:
+        """The account of `upstream` that answered the response this request continues (its
+        `previous_response_id`), for routing the turn back to it (its prompt cache is there)."""
+        previous = self.body.get("previous_response_id")
+        entry = self.store.get(previous) if isinstance(previous, str) and previous else None
+        origin = entry.origin if entry is not None else None
+        return origin.account if origin is not None and origin.upstream == upstream else None
+
     # ------------------------------------------------------------ expansion
 
     def items(self) -> list[dict[str, Any]]:

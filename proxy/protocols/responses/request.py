@@ -18,6 +18,7 @@ Pure: must not import Flask or requests.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from proxy.errors import invalid
@@ -255,3 +256,11 @@ def _decode_format(fmt: Any) -> ResponseFormat | None:
         return ResponseFormat("json_object")
     return ResponseFormat("json_schema", name=fmt.get("name"), schema=fmt.get("schema"), strict=fmt.get("strict"),
                           description=fmt.get("description"))
+
+
+def conversation_key(body: dict[str, Any], headers: Mapping[str, str]) -> str | None:
+    """What names a Responses client's conversation: `prompt_cache_key` (Codex CLI sends its
+    conversation id there on every turn). A `previous_response_id` chain is followed through the
+    response store instead (ResponsesConversation.previous_account)."""
+    value = body.get("prompt_cache_key")
+    return f"prompt_cache_key:{value}" if isinstance(value, str) and value else None

@@ -1,0 +1,184 @@
+"""The usage store in Redis (`state: {backend: redis}`): the `UsageStore` methods of
+proxy/ops/usage_store.py over one Redis shared by every host, so `/admin/usage` on any host counts
+every request of all of them.
+
+Owns the Redis layout of usage and what happens while Redis is away. Under the configured prefix:
+`usage:<minute>` a hash per minute, one field per (dimensions, counter) — `<JSON array of the
+dimensions>|<counter>` — added to with HINCRBY; `usage-minutes` a sorted set of the minutes that
+have figures, so a query reads only those of its window (one HGETALL each, in one pipeline) and a
+retention purge finds what to drop; `recent` a list of JSON entries, newest first, trimmed to
+`RECENT_CAP`. A batch is one Lua script: all of it or nothing, and no read-modify-write.
+
+Redis unreachable (or not answering in time): a batch is kept in memory — rows merged by minute and
+dimensions, so the buffer grows with the variety of traffic, not its volume, up to
+`MAX_BUFFERED_ROWS` distinct rows; beyond that rows are dropped, counted (`overflow`) and logged —
+and written with the next batch, or by `retry` (the pool keeper's tick), once `StoreHealth` lets a
+call through again. A query while Redis is away answers 503 saying so. Imports neither Flask nor
+gevent: calls are cooperative under gevent (`cooperative`), run on the caller's greenlet.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from proxy.config.state import StateConfig
+from proxy.errors import ProxyError
+from proxy.ops.usage_store import (
+    COUNTERS,
+    DIMENSIONS,
+    RECENT_CAP,
+    TIMINGS,
+    MemoryUsageStore,
+    RecentEntry,
+    UsageAnswer,
+    UsageQuery,
+    UsageRow,
+    merged,
+)
+from proxy.state.health import StoreHealth
+from proxy.state.redis_connection import connect, key, unreachable_errors
+
+log = logging.getLogger("proxy.usage")
+
+MAX_BUFFERED_ROWS = 50_000  # distinct (minute, dimensions) rows kept while Redis is away
+# One script per batch: atomic like a transaction, and one command to send and one reply to read
+# (a MULTI of a dozen HINCRBYs a row costs the worker several times the CPU).
+_ADD = """
+local p, minutes = ARGV[1], ARGV[1] .. 'usage-minutes'
+local batch = cjson.decode(ARGV[2])
+for _, row in ipairs(batch.rows) do
+  local k = p .. 'usage:' .. row[1]
+  for field, value in pairs(row[2]) do redis.call('HINCRBY', k, field, value) end
+  redis.call('ZADD', minutes, row[1], row[1])
+end
+if #batch.recent > 0 then
+  redis.call('LPUSH', p .. 'recent', unpack(batch.recent))
+  redis.call('LTRIM', p .. 'recent', 0, tonumber(ARGV[3]) - 1)
+end
+if batch.purge then
+  local old = redis.call('ZRANGEBYSCORE', minutes, '-inf', '(' .. batch.purge)
+  for _, minute in ipairs(old) do redis.call('DEL', p .. 'usage:' .. minute) end
+  redis.call('ZREMRANGEBYSCORE', minutes, '-inf', '(' .. batch.purge)
+end
+return #batch.rows
+"""
+
+
+class RedisUsageStore:
+    blocking = True  # a round trip: the usage writer group-commits on its greenlet
+    cooperative = True  # …and calls it there, not on a thread (proxy.upstream.keeper.blocking)
+
+    def __init__(self, state: StateConfig, health: StoreHealth | None = None, client: Any = None) -> None:
+        self.state = state
+        self.health = health or StoreHealth("redis")
+        self.client = client if client is not None else connect(state)
+        self._errors = unreachable_errors()
+        self._add = self.client.register_script(_ADD)
+        self._lock = threading.Lock()
+        self._rows: dict[tuple[Any, ...], UsageRow] = {}  # buffered while Redis is away
+        self._recent: deque[RecentEntry] = deque(maxlen=RECENT_CAP)
+        self._purge_before: int | None = None
+        self.overflow = 0  # rows dropped because the buffer was full
+
+    def try_add(self, usage: Sequence[UsageRow], recent: Sequence[RecentEntry]) -> bool:
+        """Never at once: a round trip yields to other greenlets, so the writer's group commit
+        (its own greenlet, calls on the caller's) is the way in."""
+        return False
+
+    def add(self, usage: Sequence[UsageRow], recent: Sequence[RecentEntry], purge_before: int | None = None) -> None:
+        with self._lock:
+            self._buffer(usage, recent, purge_before)
+            if not (self._rows or self._recent or self._purge_before is not None) or not self.health.may_try():
+                return
+            rows, entries, purge = list(self._rows.values()), list(self._recent), self._purge_before
+            self._rows, self._recent, self._purge_before = {}, deque(maxlen=RECENT_CAP), None
+        try:
+            self._write(rows, entries, purge)
+        except self._errors as exc:
+            self.health.failed(exc)
+            with self._lock:
+                self._buffer(rows, entries, purge)
+            return
+        self.health.ok()
+
+    def retry(self) -> None:
+        """Write what was buffered while Redis was away, if it answers now (called every second)."""
+        if self._rows or self._recent:
+            self.add([], [])
+
+    def buffered(self) -> int:
+        return len(self._rows) + len(self._recent)
+
+    def _buffer(self, usage: Sequence[UsageRow], recent: Sequence[RecentEntry], purge: int | None) -> None:
+        dropped = 0
+        for row in usage:
+            kept = self._rows.get(row.key())
+            if kept is not None:
+                kept.add(row)
+            elif len(self._rows) < MAX_BUFFERED_ROWS:
+                self._rows[row.key()] = UsageRow(*row.values())
+            else:
+                dropped += row.requests
+        self._recent.extend(recent)
+        if purge is not None:
+            self._purge_before = max(purge, self._purge_before or purge)
+        if dropped:
+            self.overflow += dropped
+            log.error("usage: the buffer kept while the state store is away is full (%d rows); %d requests' usage "
+                      "dropped (%d so far)", MAX_BUFFERED_ROWS, dropped, self.overflow)
+
+    def _write(self, rows: list[UsageRow], entries: list[RecentEntry], purge: int | None) -> None:
+        batch: dict[str, Any] = {"rows": [], "recent": [json.dumps(asdict(e)) for e in entries]}
+        if purge is not None:
+            batch["purge"] = str(purge)
+        for row in merged(rows):
+            dims = json.dumps([getattr(row, d) for d in DIMENSIONS], separators=(",", ":"))
+            batch["rows"].append([str(row.minute), {f"{dims}|{name}": str(getattr(row, name))
+                                                    for name in (*COUNTERS, *TIMINGS) if getattr(row, name)}])
+        self._add(args=[self.state.prefix, json.dumps(batch), RECENT_CAP])
+
+    def query(self, query: UsageQuery) -> UsageAnswer:
+        minutes_key = key(self.state, "usage-minutes")
+        try:
+            with self.client.pipeline(transaction=False) as pipe:
+                listed: list[Any] = self.client.zrangebyscore(minutes_key, query.since, f"({query.until}")
+                minutes = [int(m) for m in listed]
+                for minute in minutes:
+                    pipe.hgetall(key(self.state, "usage", str(minute)))
+                found = pipe.execute()
+        except self._errors as exc:
+            self.health.failed(exc)
+            raise _unavailable() from None
+        self.health.ok()
+        rows = MemoryUsageStore()  # the same aggregation as in memory, over the window's rows
+        for minute, fields in zip(minutes, found, strict=True):
+            by_dims: dict[bytes, UsageRow] = {}
+            for field, value in fields.items():
+                dims, _, name = field.rpartition(b"|")
+                row = by_dims.get(dims)
+                if row is None:
+                    row = by_dims[dims] = UsageRow(minute, *json.loads(dims))
+                setattr(row, name.decode(), int(value))
+            rows.add(list(by_dims.values()), [])
+        return rows.query(query)
+
+    def recent(self, limit: int) -> list[RecentEntry]:
+        try:
+            raw = self.client.lrange(key(self.state, "recent"), 0, limit - 1)
+        except self._errors as exc:
+            self.health.failed(exc)
+            raise _unavailable() from None
+        self.health.ok()
+        return [RecentEntry(**json.loads(item)) for item in raw]
+
+
+def _unavailable() -> ProxyError:
+    return ProxyError(503, "The shared state store (Redis) is unreachable, so usage figures cannot be read now; "
+                           "requests go on and their usage is buffered until it returns. Try again shortly.",
+                      "unavailable")

@@ -1,0 +1,133 @@
+"""Where conversation affinity is remembered: which account of an upstream served a conversation's
+last turn — the `AffinityStore` interface, in memory (`state_path: null`: one worker), in the
+`state_path` SQLite file (the host's workers) and in Redis (`state: {backend: redis}`: every host).
+
+Owns remembering, not deciding: the relay asks for the account (proxy/relay/affinity.py) and the
+pool leases it if it is in rotation with room (proxy/pool/pool.py). Conversations are stored under
+a digest of what names them (a session id, a user id, a cache key: none of it is kept as sent),
+per upstream, and expire `pool.affinity_ttl` seconds after their last turn — each turn that reads
+an entry extends it.
+The SQLite store blocks (`blocking` is True: callers run it on a thread); Redis' sockets are
+cooperative under gevent. Pure of Flask, requests and gevent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import sqlite3
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+from proxy.config.state import StateConfig
+from proxy.state import sqlite
+from proxy.state.redis_connection import connect, key
+
+if TYPE_CHECKING:
+    import redis
+
+MEMORY_ENTRIES = 100_000  # conversations one worker remembers at most (the oldest go first)
+PURGE_EVERY = 600.0  # seconds between two sweeps of expired rows from the SQLite table
+
+
+def digest(conversation: str) -> str:
+    return hashlib.sha256(conversation.encode()).hexdigest()[:32]
+
+
+class AffinityStore(Protocol):
+    blocking: bool
+
+    def get(self, upstream: str, conversation: str, ttl: float) -> str | None:
+        """The account that served the conversation last, if remembered (its expiry extended to `ttl`)."""
+
+    def put(self, upstream: str, conversation: str, account: str, ttl: float) -> None:
+        """Remember that `account` served the conversation's latest turn."""
+
+
+class MemoryAffinity:
+    blocking = False
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[tuple[str, str], tuple[str, float]] = OrderedDict()
+
+    def get(self, upstream: str, conversation: str, ttl: float) -> str | None:
+        now = self._clock()
+        with self._lock:
+            entry = self._entries.get((upstream, digest(conversation)))
+            if entry is None or entry[1] <= now:
+                return None
+            self._entries[(upstream, digest(conversation))] = (entry[0], now + ttl)
+            self._entries.move_to_end((upstream, digest(conversation)))
+            return entry[0]
+
+    def put(self, upstream: str, conversation: str, account: str, ttl: float) -> None:
+        with self._lock:
+            self._entries[(upstream, digest(conversation))] = (account, self._clock() + ttl)
+            self._entries.move_to_end((upstream, digest(conversation)))
+            while len(self._entries) > MEMORY_ENTRIES:
+                self._entries.popitem(last=False)
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS conversation_affinity (
+    upstream TEXT NOT NULL, conversation TEXT NOT NULL, account TEXT NOT NULL, expires REAL NOT NULL,
+    PRIMARY KEY (upstream, conversation));
+"""
+
+
+class SQLiteAffinity:
+    blocking = True
+
+    def __init__(self, path: str, clock: Callable[[], float] = time.time) -> None:
+        self.path = path
+        self._clock = clock
+        self._next_purge = 0.0
+        self._keep_open = sqlite.prepare(path, _SCHEMA)  # see sqlite.prepare
+
+    def _session(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        return sqlite.session(self.path)
+
+    def get(self, upstream: str, conversation: str, ttl: float) -> str | None:
+        now = self._clock()
+        with self._session() as db:
+            row = db.execute("SELECT account, expires FROM conversation_affinity WHERE upstream=? AND conversation=? "
+                             "AND expires>?", (upstream, digest(conversation), now)).fetchone()
+            if row is None:
+                return None
+            if row[1] < now + ttl / 2:  # extended at most every half TTL: most turns only read
+                db.execute("UPDATE conversation_affinity SET expires=? WHERE upstream=? AND conversation=?",
+                           (now + ttl, upstream, digest(conversation)))
+            return str(row[0])
+
+    def put(self, upstream: str, conversation: str, account: str, ttl: float) -> None:
+        now = self._clock()
+        with self._session() as db:
+            db.execute("INSERT OR REPLACE INTO conversation_affinity (upstream, conversation, account, expires) "
+                       "VALUES (?, ?, ?, ?)", (upstream, digest(conversation), account, now + ttl))
+            if now >= self._next_purge:
+                self._next_purge = now + PURGE_EVERY
+                db.execute("DELETE FROM conversation_affinity WHERE expires<=?", (now,))
+
+
+class RedisAffinity:
+    """`<prefix>affinity:<upstream>:<digest>` → the account id, with the TTL as Redis' own expiry."""
+
+    blocking = False
+
+    def __init__(self, state: StateConfig, client: redis.Redis | None = None) -> None:
+        self.state = state
+        self.client = client if client is not None else connect(state)
+
+    def get(self, upstream: str, conversation: str, ttl: float) -> str | None:
+        value = self.client.getex(key(self.state, "affinity", upstream, digest(conversation)), ex=max(1, int(ttl)))
+        if value is None:
+            return None
+        return value.decode() if isinstance(value, bytes) else str(value)
+
+    def put(self, upstream: str, conversation: str, account: str, ttl: float) -> None:
+        self.client.set(key(self.state, "affinity", upstream, digest(conversation)), account, ex=max(1, int(ttl)))

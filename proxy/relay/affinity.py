@@ -1,0 +1,103 @@
+"""Conversation affinity, the relay's side: which account a request should go to first, and
+remembering which one served it.
+
+Owns the decision for one request and one route: when the upstream's `pool.affinity` is on, the
+conversation is named by the upstream's `pool.affinity_header` if the client sent it, else by what
+the client's protocol says names it (`ClientSide.affinity_key`: Claude Code's session header or
+`metadata.user_id`, `prompt_cache_key`, `user`); the account remembered for it is preferred — the
+pool leases it only if it is in rotation, untried and below max_concurrency, else chooses as
+usual — and a Responses turn with no such name goes back to the account that answered its
+`previous_response_id`. Once an attempt has answered, its account is remembered when it is not
+the one remembered already (a new conversation, or one moved because its account was cooling).
+
+Prompt caches live per upstream account: a conversation that stays on one account pays for its
+prefix once. Remembering never fails a request: a store that errs is logged (once per outage) and
+the host's own store stands in for Redis; a lookup that finds nothing leaves the choice to the pool.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from proxy.config import Config, Upstream
+from proxy.pool.affinity import AffinityStore, MemoryAffinity, SQLiteAffinity
+from proxy.protocols import registry
+from proxy.protocols.exchange import Exchange
+from proxy.upstream.keeper import blocking
+
+log = logging.getLogger("proxy.affinity")
+
+RETRY_SHARED = 5.0  # seconds on the host's own store after Redis failed, before Redis is tried again
+T = TypeVar("T")
+
+
+class Affinity:
+    def __init__(self, local: AffinityStore, shared: AffinityStore | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.local, self.shared, self.clock = local, shared, clock
+        self._shared_down_until: float | None = None
+
+    @classmethod
+    def open(cls, config: Config) -> Affinity:
+        local: AffinityStore = SQLiteAffinity(config.state_path) if config.state_path else MemoryAffinity()
+        shared: AffinityStore | None = None
+        if config.state.backend == "redis":
+            from proxy.pool.affinity import RedisAffinity
+
+            shared = RedisAffinity(config.state)
+        return cls(local, shared)
+
+    def conversation(self, ex: Exchange, upstream: Upstream) -> str | None:
+        """What names the request's conversation, for this upstream (None: affinity off, or unnamed)."""
+        settings = upstream.pool
+        if not settings.affinity:
+            return None
+        if settings.affinity_header:
+            named = ex.request_headers.get(settings.affinity_header)
+            if named:
+                return f"header:{named}"
+        return registry.get(ex.protocol).client.affinity_key(ex.body, ex.request_headers)
+
+    def preferred(self, ex: Exchange, upstream: Upstream, conversation: str | None) -> str | None:
+        """The account to try first for this request on `upstream`, if its conversation has one."""
+        if not upstream.pool.affinity:
+            return None
+        account = None
+        if conversation is not None:
+            ttl = upstream.pool.affinity_ttl
+            account = self._call(lambda store: store.get(upstream.name, conversation, ttl))
+        if account is None and ex.conversation is not None:
+            account = ex.conversation.previous_account(upstream.name)
+        return account
+
+    def served(self, upstream: Upstream, conversation: str | None, account: str, preferred: str | None) -> None:
+        """`account` answered the request: remember it for the conversation's next turn."""
+        if conversation is None or account == preferred:
+            return
+        ttl = upstream.pool.affinity_ttl
+        self._call(lambda store: store.put(upstream.name, conversation, account, ttl))
+
+    def _call(self, op: Callable[[AffinityStore], T]) -> T | None:
+        shared = self.shared
+        if shared is not None and (self._shared_down_until is None or self.clock() >= self._shared_down_until):
+            try:
+                result = op(shared)
+            except Exception as exc:
+                if self._shared_down_until is None:
+                    log.warning("affinity: the Redis state store failed (%s: %s); conversations are kept on "
+                                "their accounts per host until it answers again", type(exc).__name__, exc)
+                self._shared_down_until = self.clock() + RETRY_SHARED
+            else:
+                if self._shared_down_until is not None:
+                    log.warning("affinity: the Redis state store answers again")
+                    self._shared_down_until = None
+                return result
+        local = self.local
+        try:
+            return blocking(op, local) if local.blocking else op(local)
+        except Exception:
+            log.exception("affinity: the state store failed; the pool chooses the account")
+            return None
