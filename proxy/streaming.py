@@ -532,7 +532,8 @@ class StreamingBody:
         waiting = self._waiting
         if waiting is not None:
             if why is _UPSTREAM and self._os_socket is not None and self._writer is not None \
-                    and self._writer.ready() and self._relay_in_hub():
+                    and self._writer.ready() and not getattr(self._relay, "calls_out", False) \
+                    and self._relay_in_hub():
                 return
             waiting.switch(why)
         elif why is _UPSTREAM:

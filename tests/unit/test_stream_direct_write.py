@@ -209,3 +209,46 @@ def test_a_client_that_stops_reading_holds_the_rest_back_and_loses_nothing(big_u
         server.join(timeout=30)
         assert server.successful(), server.exception
     assert received == BIG
+
+
+class KeepingRelay(EchoRelay):
+    """A relay whose `feed` may call out to something that waits (the Responses keeper with a
+    shared store): it says so, and notes where each event was fed."""
+
+    calls_out = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fed_in_hub: list[bool] = []
+
+    def feed(self, sse: SSEEvent) -> list[bytes]:
+        self.fed_in_hub.append(gevent.getcurrent() is gevent.get_hub())
+        return super().feed(sse)
+
+
+def test_a_relay_that_calls_out_is_never_fed_in_the_hub(upstream: PacedUpstream) -> None:
+    client_side, engine_side = gevent.socket.socketpair()
+    relay = KeepingRelay()
+    writer = ChunkedWriter(engine_side)
+    with requests.Session() as session:
+        resp = session.get(f"http://127.0.0.1:{upstream.port}/v1/stream", stream=True)
+        body = StreamingBody(resp, relay, Streaming(), None, lambda outcome: None)
+        upstream.next_event.release()
+        body.prime()
+        body.write_directly(writer)
+
+        def serve() -> None:
+            for frame in body:
+                engine_side.sendall(writer.wire(frame))
+            body.close()
+
+        server = gevent.spawn(serve)
+        buf = bytearray()
+        received = read_chunks(client_side, buf, 1)
+        for _ in EVENTS[1:]:
+            upstream.next_event.release()
+            received += read_chunks(client_side, buf, 1)
+        server.join(timeout=30)
+        assert server.successful(), server.exception
+    assert received == EVENTS
+    assert len(relay.fed_in_hub) == len(EVENTS) and not any(relay.fed_in_hub)
