@@ -22,6 +22,11 @@ There is no reader greenlet: an earlier design fed a bounded queue from one, and
 per chunk (four hub switches and a timer) were the largest per-chunk cost in the benchmark's
 profiles, so the body waits on the sockets itself. Reading the body without blocking is
 `proxy.upstream.body`'s; translation lives behind the `StreamRelay` it is given.
+Given a `ClientWriter` (`write_directly`, from the server), the body writes its frames to the
+client's socket itself, one `send` per step, and while it waits the upstream watcher's callback
+relays a chunk whole — read, translate, send — in the hub, without waking the greenlet, as long as
+the client's socket takes the bytes (docs/architecture.md §6.1). Without one it yields its frames
+to whoever iterates it, as a WSGI body.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import socket
 import time
 import weakref
 from collections.abc import Callable, Generator, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import gevent
 import requests
@@ -41,7 +46,7 @@ from proxy.config import Streaming
 from proxy.ir.response import ErrorInfo
 from proxy.protocols.sse import SSEParser
 from proxy.protocols.transcode import StreamRelay
-from proxy.upstream.body import UpstreamBody, UpstreamBodyError
+from proxy.upstream.body import READ_SIZE, UpstreamBody, UpstreamBodyError
 from proxy.upstream.sockets import peek
 
 log = logging.getLogger(__name__)
@@ -110,10 +115,26 @@ class EarlyStreamFailure(Exception):
         self.info = info
 
 
+class ClientWriter(Protocol):
+    """The client's side of a response, for writing its body below the WSGI server (given by the
+    server's adapter, proxy/serving/direct_write.py)."""
+
+    socket: Any  # the client's gevent socket
+
+    def ready(self) -> bool:
+        """The server has sent the status line and the headers: body bytes may follow."""
+
+    def wire(self, payload: bytes) -> bytes:
+        """`payload` framed as the response's body goes on the wire (one HTTP chunk, or as it is)."""
+
+    def count(self, n: int) -> None:
+        """`n` body bytes went out (the server's own count, for its access log)."""
+
+
 class StreamOutcome:
     """How a stream ended, for the relay's accounting."""
 
-    __slots__ = ("client_gone", "error", "frames", "usage")
+    __slots__ = ("__weakref__", "client_gone", "error", "frames", "usage")
 
     def __init__(self) -> None:
         self.frames = 0
@@ -124,6 +145,43 @@ class StreamOutcome:
 
 class StreamingBody:
     """A WSGI response iterable that relays one upstream stream."""
+
+    # Slots: a thousand idle streams are a thousand of these (and _LIVE holds them weakly).
+    __slots__ = (
+        "__weakref__",
+        "_body",
+        "_carried_read",
+        "_client",
+        "_client_readable",
+        "_client_signalled",
+        "_closed",
+        "_first_byte_by",
+        "_frames",
+        "_frames_before_failure",
+        "_handoff",
+        "_hub",
+        "_hub_error",
+        "_hung_up",
+        "_interrupted",
+        "_last_data",
+        "_last_write",
+        "_late",
+        "_loop",
+        "_on_close",
+        "_os_socket",
+        "_outcome",
+        "_parser",
+        "_primed",
+        "_read_again",
+        "_relay",
+        "_settings",
+        "_timer",
+        "_unsent",
+        "_upstream",
+        "_upstream_ready",
+        "_waiting",
+        "_writer",
+    )
 
     def __init__(
         self,
@@ -158,8 +216,26 @@ class StreamingBody:
         self._last_data = self._last_write = 0.0  # monotonic times the upstream sent, we wrote
         self._first_byte_by: float | None = None  # while priming: when the client's first byte is due
         self._late: ErrorInfo | None = None
+        self._read_again = True  # False after a short read: the socket is drained until it is readable
+        # Writing below the server (write_directly): the writer, the OS socket under its gevent
+        # socket, and what the hub's relay step hands the greenlet — wire bytes the client's socket
+        # did not take, frames that end the stream, a read result the hub must not act on — or an
+        # exception it hit.
+        self._writer: ClientWriter | None = None
+        self._os_socket: Any = None
+        self._unsent: bytes | None = None
+        self._handoff: list[bytes] | None = None
+        self._carried_read: bytes | UpstreamBodyError | None = None
+        self._hub_error: Exception | None = None
         self._frames = self._run()
         _LIVE.add(self)
+
+    def write_directly(self, writer: ClientWriter) -> None:
+        """Write the frames after the first to the client's socket itself, framed by `writer`,
+        instead of yielding them to the server (which still writes the status line, the headers,
+        the first frame and the end of the body)."""
+        self._writer = writer
+        self._os_socket = getattr(writer.socket, "_sock", None)
 
     # ------------------------------------------------------------ WSGI iterable
 
@@ -239,19 +315,97 @@ class StreamingBody:
         relay, outcome = self._relay, self._outcome
         self._last_data = self._last_write = time.monotonic()
         try:
-            while not relay.done:
-                frames = self._step()
+            while not relay.done or self._unsent is not None or self._handoff is not None:
+                if self._unsent is not None:  # the hub's step left bytes the client's socket did not take
+                    self._flush()
+                    continue
+                if self._hub_error is not None:
+                    raise self._hub_error
+                if self._handoff is not None:
+                    frames: list[bytes] | None = self._handoff
+                    self._handoff = None
+                else:
+                    frames = self._step()
                 if frames is None:
                     outcome.client_gone = True
                     return
-                for frame in frames:
-                    outcome.frames += 1
-                    yield frame
-                if frames:
-                    self._last_write = time.monotonic()
+                if not frames:
+                    continue
+                if self._os_socket is not None and self._writer is not None and self._writer.ready():
+                    self._send(frames)
+                    if self._unsent is not None:
+                        self._flush()
+                else:
+                    for frame in frames:
+                        outcome.frames += 1
+                        yield frame
+                self._last_write = time.monotonic()
         finally:
             # The upstream's socket may already serve another request from the pool.
             self._stop_watching()
+
+    def _send(self, frames: list[bytes]) -> bool:
+        """Put `frames` on the client's socket in one `send` — each frame its own HTTP chunk, as
+        when the server writes them — without waiting; what it does not take is left in `_unsent`
+        for the greenlet to write. True if it took everything."""
+        writer = self._writer
+        assert writer is not None
+        if len(frames) == 1:
+            size, wire = len(frames[0]), writer.wire(frames[0])
+        else:
+            size, wire = sum(map(len, frames)), b"".join(map(writer.wire, frames))
+        try:
+            sent = self._os_socket.send(wire)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:
+            sent = 0  # the client is gone: the greenlet's write raises it where the server expects it
+        self._outcome.frames += len(frames)
+        writer.count(size)
+        if sent == len(wire):
+            return True
+        self._unsent = wire[sent:]
+        return False
+
+    def _flush(self) -> None:
+        """Write what the client's socket did not take, waiting for it to drain (a slow client
+        stops the reading here: the upstream watcher stops while this greenlet is not waiting)."""
+        unsent, self._unsent = self._unsent, None
+        assert self._writer is not None and unsent is not None
+        self._writer.socket.sendall(unsent)
+        self._last_write = time.monotonic()
+
+    def _relay_in_hub(self) -> bool:
+        """The upstream's socket became readable while the greenlet waits: relay that chunk here,
+        in the hub — read, translate, send — and leave the greenlet parked. False when the
+        greenlet must run: the client's socket did not take everything, the stream ends or
+        fails, or the read was not plain bytes (what it found is handed over as it is)."""
+        if self._interrupted is not None or self._hung_up:
+            return False
+        try:
+            try:
+                data = self._body.read()
+            except UpstreamBodyError as exc:
+                self._carried_read = exc
+                return False
+            if data is None:
+                return True  # nothing after all: keep waiting
+            if not data:
+                self._carried_read = data
+                return False
+            self._last_data = now = time.monotonic()
+            frames = self._translate(data)
+            if self._relay.done or self._relay.failed is not None or self._outcome.error is not None:
+                self._handoff = frames  # the greenlet writes the last frames and ends the stream
+                return False
+            if frames:
+                if not self._send(frames):
+                    return False
+                self._last_write = now
+            return not self._body.pending()
+        except Exception as exc:  # a bug here must not kill the hub: the greenlet raises it
+            self._hub_error = exc
+            return False
 
     def _step(self) -> list[bytes] | None:
         """The frames to send next — none yet if only a wait ended; None if the client left."""
@@ -261,7 +415,7 @@ class StreamingBody:
         if self._interrupted is not None:
             return self._fail(self._interrupted)
         try:
-            data = self._body.read()
+            data = self._read()
         except UpstreamBodyError as exc:
             log.info("upstream stream broke off: %s", exc.detail)
             return self._fail(exc.info)
@@ -292,6 +446,22 @@ class StreamingBody:
             frames = relay.keepalive()
             return frames or self._fail(self._late or ErrorInfo("timeout", "upstream sent no event in time", 504))
         return []
+
+    def _read(self) -> bytes | None:
+        """The upstream's next bytes (see UpstreamBody.read): what the hub's step handed over, else
+        a read — skipped after a short one until the socket is readable again, since a read that
+        finds nothing costs a system call and an exception."""
+        carried = self._carried_read
+        if carried is not None:
+            self._carried_read = None
+            if isinstance(carried, UpstreamBodyError):
+                raise carried
+            return carried
+        if not self._read_again and not self._body.pending():
+            return None
+        data = self._body.read()
+        self._read_again = data is None or len(data) >= READ_SIZE
+        return data
 
     def _translate(self, data: bytes | None) -> list[bytes]:
         """Upstream bytes (None: the end of them) → client frames. A bug in a codec must not cut
@@ -352,6 +522,7 @@ class StreamingBody:
             return self._hub.switch()
         finally:
             self._waiting = None
+            self._read_again = True
 
     def _wake(self, why: str) -> None:
         """Run by the hub when a watcher fires or an interrupt is due: resume the greenlet if it is
@@ -360,6 +531,10 @@ class StreamingBody:
         became readable is remembered."""
         waiting = self._waiting
         if waiting is not None:
+            if why is _UPSTREAM and self._os_socket is not None and self._writer is not None \
+                    and self._writer.ready() and not getattr(self._relay, "calls_out", False) \
+                    and self._relay_in_hub():
+                return
             waiting.switch(why)
         elif why is _UPSTREAM:
             self._upstream_ready.stop()

@@ -46,6 +46,12 @@ class StreamRelay(Protocol):
     def keepalive(self) -> list[bytes]: ...
     def fail(self, info: ErrorInfo) -> list[bytes]: ...
 
+    # Optional (read with getattr, False when absent): True while `feed` may call out to something
+    # that waits — the Responses keeper storing the finished answer, over the network with a shared
+    # store. The streaming engine then never runs `feed` in the event loop's own callback, where
+    # waiting is impossible (docs/architecture.md §6.1).
+    # calls_out: bool
+
 
 def parse_payload(text: str, noun: str) -> dict[str, Any] | ErrorInfo:
     """An upstream event's JSON object, or the stream error it is when it is not one — in the same
@@ -137,6 +143,11 @@ class Translation:
     @property
     def done(self) -> bool:
         return self.encoder.done
+
+    @property
+    def calls_out(self) -> bool:
+        """Translating may call out to something that waits (see StreamRelay)."""
+        return bool(getattr(self.encoder, "calls_out", False))
 
     def feed(self, sse: SSEEvent) -> list[bytes]:
         return self._encode(self.decoder.feed(sse))

@@ -28,6 +28,8 @@ from typing import Any
 import gevent
 from gunicorn.workers.ggevent import GeventWorker
 
+from proxy.serving.direct_write import attach_direct_writer
+
 # Streams are ended this long before the master's SIGKILL: the worker notices that its requests
 # have drained once a second, and the last frames need a moment to be written.
 END_STREAMS_BEFORE_DEADLINE = 1.5
@@ -68,6 +70,10 @@ class ProxyGeventWorker(GeventWorker):
 
     def load_wsgi(self) -> None:
         super().load_wsgi()
+        # Streams write their frames below gunicorn's Response.write (proxy/serving/direct_write.py).
+        # Flask's own middleware seam: self.wsgi stays the app (the reloader is found on it).
+        app: Any = self.wsgi
+        app.wsgi_app = attach_direct_writer(app.wsgi_app)
         reloader = self._reloader()
         if reloader is not None:
             reloader.master_pid = self.ppid  # /admin/reload asks the master, which tells every worker

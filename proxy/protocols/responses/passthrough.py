@@ -56,6 +56,11 @@ class ResponsesPassthroughStream(WatchedPassthrough):
                 keep(self.watch.response)
         return frames
 
+    @property
+    def calls_out(self) -> bool:
+        """`feed` may call the conversation's keeper, which may wait on a store over the network."""
+        return self._on_complete is not None
+
     def _echo_previous(self, sse: SSEEvent) -> SSEEvent:
         if sse.event not in LIFECYCLE_EVENTS:
             return sse

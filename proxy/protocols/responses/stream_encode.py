@@ -100,6 +100,11 @@ class ResponsesStreamEncoder:
         self._held: _Item | None = None  # a message whose output_item.done awaits its status
         self._usage = Usage()
 
+    @property
+    def calls_out(self) -> bool:
+        """`encode` may call the conversation's keeper, which may wait on a store over the network."""
+        return self._on_complete is not None
+
     # ------------------------------------------------------------ contract
 
     def encode(self, ev: Event) -> list[bytes]:

@@ -1,0 +1,254 @@
+"""The streaming engine writing below the WSGI server (proxy/streaming.py with a ClientWriter):
+after the first frame, which the server writes with the headers, every frame goes to the client's
+socket from the engine itself — each its own HTTP chunk, byte for byte — and while the stream
+waits, a chunk that arrives is relayed in the hub without resuming the stream's greenlet. A client
+that stops reading holds the rest back (nothing lost, nothing reordered).
+
+A real upstream over loopback (a thread writing one event at a time, each only once the client
+has read the previous one) and a gevent socket pair as the client's connection; no server."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+
+import gevent
+import gevent.socket
+import greenlet
+import pytest
+import requests
+
+from proxy.config import Streaming
+from proxy.ir.response import ErrorInfo, Usage
+from proxy.protocols.sse import SSEEvent
+from proxy.streaming import StreamingBody, StreamOutcome
+
+EVENTS = [b'data: {"n":%d,"text":"%s"}\n\n' % (i, b"x" * (i % 7)) for i in range(40)] + [b"data: [DONE]\n\n"]
+BIG = [b'data: {"n":%d,"text":"%s"}\n\n' % (i, b"y" * 3000) for i in range(30)] + [b"data: [DONE]\n\n"]
+
+
+class EchoRelay:
+    """A passthrough that sends every event back as it came and is done after [DONE]."""
+
+    def __init__(self) -> None:
+        self.usage: Usage | None = None
+        self.failed: ErrorInfo | None = None
+        self.done = False
+
+    def feed(self, sse: SSEEvent) -> list[bytes]:
+        self.done = sse.data == b"[DONE]"
+        return [b"data: " + sse.data + b"\n\n"]
+
+    def close(self) -> list[bytes]:
+        return []
+
+    def keepalive(self) -> list[bytes]:
+        return [b": keepalive\n\n"]
+
+    def fail(self, info: ErrorInfo) -> list[bytes]:
+        self.failed, self.done = info, True
+        return [b"data: error\n\n"]
+
+
+class ChunkedWriter:
+    """What the gunicorn adapter gives the engine, over a socket of the test's own."""
+
+    def __init__(self, sock: gevent.socket.socket) -> None:
+        self.socket = sock
+        self.counted = 0
+
+    def ready(self) -> bool:
+        return True
+
+    def wire(self, payload: bytes) -> bytes:
+        return b"%X\r\n%b\r\n" % (len(payload), payload)
+
+    def count(self, n: int) -> None:
+        self.counted += n
+
+
+class PacedUpstream:
+    """Answers one request with a chunked SSE stream, one event per HTTP chunk, sending each event
+    only after `next_event` is set (the test sets it once the client has the previous one)."""
+
+    def __init__(self, events: list[bytes]) -> None:
+        self.events = list(events)
+        self.next_event = threading.Semaphore(0)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        conn, _ = self.listener.accept()
+        with conn:
+            request = b""
+            while b"\r\n\r\n" not in request:
+                request += conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+            for event in self.events:
+                if not self.next_event.acquire(timeout=30):
+                    return
+                conn.sendall(b"%x\r\n%s\r\n" % (len(event), event))
+            conn.sendall(b"0\r\n\r\n")
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+@pytest.fixture()
+def upstream() -> Iterator[PacedUpstream]:
+    server = PacedUpstream(EVENTS)
+    yield server
+    server.close()
+
+
+@pytest.fixture()
+def big_upstream() -> Iterator[PacedUpstream]:
+    server = PacedUpstream(BIG)
+    yield server
+    server.close()
+
+
+def read_chunks(sock: gevent.socket.socket, buf: bytearray, count: int) -> list[bytes]:
+    """`count` HTTP chunks from the client's side of the connection."""
+    chunks: list[bytes] = []
+    while len(chunks) < count:
+        head_end = buf.find(b"\r\n")
+        if head_end != -1:
+            size = int(buf[:head_end], 16)
+            if len(buf) >= head_end + 2 + size + 2:
+                assert buf[head_end + 2 + size:head_end + 4 + size] == b"\r\n"
+                chunks.append(bytes(buf[head_end + 2:head_end + 2 + size]))
+                del buf[:head_end + 4 + size]
+                continue
+        data = sock.recv(65536)
+        assert data, "the engine closed the client's connection"
+        buf += data
+    return chunks
+
+
+def test_frames_after_the_first_go_out_from_the_engine_each_its_own_chunk_relayed_in_the_hub(
+        upstream: PacedUpstream) -> None:
+    client_side, engine_side = gevent.socket.socketpair()
+    outcomes: list[StreamOutcome] = []
+    with requests.Session() as session:
+        resp = session.get(f"http://127.0.0.1:{upstream.port}/v1/stream", stream=True)
+        body = StreamingBody(resp, EchoRelay(), Streaming(), None, outcomes.append)
+        writer = ChunkedWriter(engine_side)
+        upstream.next_event.release()
+        body.prime()
+        body.write_directly(writer)
+        yielded: list[bytes] = []
+        resumed = [0]
+
+        def serve() -> None:
+            # What the WSGI server does: iterate the body (writing what it yields), then close it.
+            me = greenlet.getcurrent()
+
+            def count(event: str, args: tuple[greenlet.greenlet, greenlet.greenlet]) -> None:
+                if event in ("switch", "throw") and args[1] is me:
+                    resumed[0] += 1
+
+            previous = greenlet.settrace(count)
+            try:
+                for frame in body:  # what the server is given it writes, as gunicorn's Response.write does
+                    yielded.append(frame)
+                    engine_side.sendall(writer.wire(frame))
+            finally:
+                greenlet.settrace(previous)
+                body.close()
+
+        server = gevent.spawn(serve)
+        buf = bytearray()
+        received: list[bytes] = []
+        received = read_chunks(client_side, buf, 1)
+        for _ in EVENTS[1:]:
+            upstream.next_event.release()  # the next event only once the client has the previous one
+            received += read_chunks(client_side, buf, 1)
+        server.join(timeout=30)
+        assert server.successful(), server.exception
+
+    assert received == EVENTS  # one frame per chunk, in order, byte for byte
+    assert yielded == [EVENTS[0]]  # the server wrote the first (with the headers), the engine the rest
+    assert writer.counted == sum(map(len, EVENTS[1:]))  # the server's byte count for its access log
+    assert len(outcomes) == 1 and outcomes[0].frames == len(EVENTS) and outcomes[0].error is None
+    # One event at a time, each while the stream waited: relayed in the hub, without resuming the
+    # stream's greenlet for each (it runs to start, to end, and for the odd wake-up between).
+    assert resumed[0] < len(EVENTS) // 4, resumed[0]
+
+
+def test_a_client_that_stops_reading_holds_the_rest_back_and_loses_nothing(big_upstream: PacedUpstream) -> None:
+    upstream = big_upstream
+    client_side, engine_side = gevent.socket.socketpair()
+    # Small buffers, so the client's socket is full after a few frames.
+    engine_side.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    client_side.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    writer = ChunkedWriter(engine_side)
+    with requests.Session() as session:
+        resp = session.get(f"http://127.0.0.1:{upstream.port}/v1/stream", stream=True)
+        body = StreamingBody(resp, EchoRelay(), Streaming(), None, lambda outcome: None)
+        upstream.next_event.release()
+        body.prime()
+        body.write_directly(writer)
+        for _ in BIG[1:]:
+            upstream.next_event.release()  # then everything else at once
+
+        def serve() -> None:
+            for frame in body:  # what the server is given it writes, as gunicorn's Response.write does
+                engine_side.sendall(writer.wire(frame))
+            body.close()
+
+        server = gevent.spawn(serve)
+        with gevent.Timeout(30):
+            while upstream.thread.is_alive():  # the upstream sends all it has while the client reads nothing
+                gevent.sleep(0.01)
+        assert not server.dead  # parked on the full socket, with the rest of the stream held back
+        received = read_chunks(client_side, bytearray(), len(BIG))
+        server.join(timeout=30)
+        assert server.successful(), server.exception
+    assert received == BIG
+
+
+class KeepingRelay(EchoRelay):
+    """A relay whose `feed` may call out to something that waits (the Responses keeper with a
+    shared store): it says so, and notes where each event was fed."""
+
+    calls_out = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fed_in_hub: list[bool] = []
+
+    def feed(self, sse: SSEEvent) -> list[bytes]:
+        self.fed_in_hub.append(gevent.getcurrent() is gevent.get_hub())
+        return super().feed(sse)
+
+
+def test_a_relay_that_calls_out_is_never_fed_in_the_hub(upstream: PacedUpstream) -> None:
+    client_side, engine_side = gevent.socket.socketpair()
+    relay = KeepingRelay()
+    writer = ChunkedWriter(engine_side)
+    with requests.Session() as session:
+        resp = session.get(f"http://127.0.0.1:{upstream.port}/v1/stream", stream=True)
+        body = StreamingBody(resp, relay, Streaming(), None, lambda outcome: None)
+        upstream.next_event.release()
+        body.prime()
+        body.write_directly(writer)
+
+        def serve() -> None:
+            for frame in body:
+                engine_side.sendall(writer.wire(frame))
+            body.close()
+
+        server = gevent.spawn(serve)
+        buf = bytearray()
+        received = read_chunks(client_side, buf, 1)
+        for _ in EVENTS[1:]:
+            upstream.next_event.release()
+            received += read_chunks(client_side, buf, 1)
+        server.join(timeout=30)
+        assert server.successful(), server.exception
+    assert received == EVENTS
+    assert len(relay.fed_in_hub) == len(EVENTS) and not any(relay.fed_in_hub)
