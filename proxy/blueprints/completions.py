@@ -14,15 +14,46 @@ the hooks exactly once: here for a whole answer or an error, by the relay when a
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
 from flask import Blueprint, Response, current_app, g, request
 
 from proxy.blueprints.auth import check_model
 from proxy.blueprints.http import client_key, client_key_name, client_socket, json_body, relay_response
+from proxy.config.keys import ClientKey
 from proxy.errors import ProxyError
+from proxy.ops.hooks import HookSet
 from proxy.ops.log_lines import ENVIRON_KEY
 from proxy.ops.records import OK, RequestRecord
-from proxy.protocols.codec import Protocol
+from proxy.protocols.codec import ClientSide, Protocol
 from proxy.protocols.exchange import Exchange
+
+
+def admit(state: Any, entry: ClientKey | None, client: ClientSide, record: RequestRecord,
+          body: dict[str, Any]) -> None:
+    """What the client's key allows, checked before any upstream: a model outside its `models`
+    (403), a request over one of its `limits` (429; else reserved until the request ends,
+    proxy.limits). Every way in to a completion calls it — this endpoint, the Responses WebSocket,
+    compaction — so no transport skips a key's limits."""
+    check_model(entry, record.model)
+    if state.limiter is not None:
+        state.limiter.admit(entry, record, lambda: client.decode_request(body), body)
+
+
+@contextmanager
+def recorded(hooks: HookSet, record: RequestRecord) -> Iterator[None]:
+    """An error raised inside closes the request's record — its status and kind, a 500 for anything
+    unexpected — and tells the hooks, then goes on up to be answered."""
+    try:
+        yield
+    except ProxyError as err:
+        hooks.finish(record, err.info.status, err.info.kind)
+        raise
+    except Exception:
+        hooks.finish(record, 500, "api_error")
+        raise
 
 
 def completions_blueprint(protocol: Protocol) -> Blueprint:
@@ -34,14 +65,11 @@ def completions_blueprint(protocol: Protocol) -> Blueprint:
         state = current_app.extensions["llm_proxy"]
         record = RequestRecord(g.request_id, client_key_name(), protocol.name, model="", stream=False)
         request.environ[ENVIRON_KEY] = record  # for the access line (proxy/serving/access_log.py)
-        try:
+        with recorded(state.hooks, record):
             body = json_body()
             client.validate(body)
             record.model, record.stream = client.model_and_stream(body)
-            check_model(client_key(), record.model)  # a key restricted to some models: 403 before any upstream
-            # A key over one of its limits: 429 before any upstream; else reserved until the request ends.
-            if state.limiter is not None:
-                state.limiter.admit(client_key(), record, lambda: client.decode_request(body), body)
+            admit(state, client_key(), client, record, body)
             headers = {name: value for name in client.forwarded_headers if (value := request.headers.get(name))}
             conversation = client.conversation(body, state.response_store) if client.conversation else None
             ex = Exchange(protocol=protocol.name, body=body, model=record.model, stream=record.stream,
@@ -49,16 +77,8 @@ def completions_blueprint(protocol: Protocol) -> Blueprint:
                           conversation=conversation,
                           request_headers={k.lower(): v for k, v in request.headers.items()})
             result = state.relay.handle(ex, record)
-        except ProxyError as err:
-            if record.finish(err.info.status, err.info.kind):
-                state.hooks.request_done(record)
-            raise
-        except Exception:
-            if record.finish(500, "api_error"):
-                state.hooks.request_done(record)
-            raise
-        if isinstance(result.body, bytes) and record.finish(result.status, OK):  # a stream's record ends with it
-            state.hooks.request_done(record)
+        if isinstance(result.body, bytes):  # a stream's record ends with it
+            state.hooks.finish(record, result.status, OK)
         return relay_response(result)
 
     return bp

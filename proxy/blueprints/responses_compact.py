@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, current_app, g, request
 
-from proxy.blueprints.auth import check_model
+from proxy.blueprints.completions import admit, recorded
 from proxy.blueprints.http import client_key, client_key_name, client_socket, json_body, relay_response
-from proxy.errors import ProxyError
 from proxy.ops.log_lines import ENVIRON_KEY
 from proxy.ops.records import OK, RequestRecord
 from proxy.protocols import registry
@@ -34,24 +33,15 @@ def compact() -> Response:
     protocol = registry.get("responses")
     record = RequestRecord(g.request_id, client_key_name(), protocol.name, model="", stream=False)
     request.environ[ENVIRON_KEY] = record  # for the access line (proxy/serving/access_log.py)
-    try:
+    with recorded(state.hooks, record):
         body = json_body()
         body.pop("stream", None)  # the answer is one JSON body
         protocol.client.validate(body)
         record.model = body["model"]
-        check_model(client_key(), record.model)  # a key restricted to some models: 403 before any upstream
+        admit(state, client_key(), protocol.client, record, body)
         conversation = ResponsesConversation(body, state.response_store, compact=True)
         ex = Exchange(protocol=protocol.name, body=body, model=record.model, stream=False, request_id=g.request_id,
                       client_socket=client_socket(), conversation=conversation, passthrough_path=UPSTREAM_PATH)
         result = state.relay.handle(ex, record)
-    except ProxyError as err:
-        if record.finish(err.info.status, err.info.kind):
-            state.hooks.request_done(record)
-        raise
-    except Exception:
-        if record.finish(500, "api_error"):
-            state.hooks.request_done(record)
-        raise
-    if record.finish(result.status, OK):
-        state.hooks.request_done(record)
+    state.hooks.finish(record, result.status, OK)
     return relay_response(result)

@@ -31,7 +31,8 @@ import gevent
 from flask import Blueprint, Flask, Response, current_app, g, request
 
 from proxy import logs
-from proxy.blueprints.auth import check_model, presented_key
+from proxy.blueprints.auth import presented_key
+from proxy.blueprints.completions import admit
 from proxy.blueprints.http import client_key_name
 from proxy.blueprints.socket_server import BadUpgrade, ConnectionClosed, SocketServer
 from proxy.errors import ProxyError
@@ -152,8 +153,7 @@ class ResponsesSocket:
                 return
             result = self._create(state, frame, record, rid)
         except ProxyError as err:
-            if record.finish(err.info.status, err.info.kind):
-                state.hooks.request_done(record)
+            state.hooks.finish(record, err.info.status, err.info.kind)
             if err.info.status != 499:
                 self._send(frames.error_frame(err, {"x-request-id": rid}))
             return
@@ -161,8 +161,7 @@ class ResponsesSocket:
             return  # the client left: nothing to answer
         except Exception:
             log.exception("unhandled error in a websocket response")
-            if record.finish(500, "api_error"):
-                state.hooks.request_done(record)
+            state.hooks.finish(record, 500, "api_error")
             self._send(frames.error_frame(frames.unexpected(
                 f"Internal error in the proxy (request id {rid}); the proxy's log has the details."),
                 {"x-request-id": rid}))
@@ -188,11 +187,11 @@ class ResponsesSocket:
             raise ProxyError(401, "This connection's API key is no longer accepted by the proxy's config "
                                   "(client_keys); connect again with a valid key.", "authentication")
         client.validate(body)
-        check_model(entry, body["model"])  # a key restricted to some models: 403 before any upstream
+        record.model = body["model"]
+        admit(state, entry, client, record, body)  # the key's models (403) and limits (429), as over HTTP
         log.debug("response.create rid=%s generate=%s previous_response_id=%s store=%s input=%s", rid, generate,
                   "yes" if body.get("previous_response_id") else "no", body.get("store", True),
                   ",".join(str(i.get("type") or "message") for i in body.get("input") or [] if isinstance(i, dict)))
-        record.model = body["model"]
         conversation = ResponsesConversation(body, state.response_store, keep_unstored=True)
         if not generate:
             conversation.items()  # a previous_response_id it names must exist, as for a real turn
@@ -201,8 +200,7 @@ class ResponsesSocket:
             conversation.keep_unanswered(final)
             for event in events:
                 self._send(event)
-            if record.finish(200, OK):
-                state.hooks.request_done(record)
+            state.hooks.finish(record, 200, OK)
             return None
         ex = Exchange(protocol=self.protocol.name, body=body, model=record.model, stream=True, request_id=rid,
                       headers=self.forwarded, client_socket=None, conversation=conversation)
@@ -219,8 +217,7 @@ class ResponsesSocket:
     def _relay_to_socket(self, state: Any, result: RelayResult, record: RequestRecord) -> None:
         unwrap = frames.EventFrames()
         if isinstance(result.body, bytes):  # an upstream that answered whole, unfolded into events
-            if record.finish(result.status, OK):  # answered, as for HTTP, whether or not the client stays
-                state.hooks.request_done(record)
+            state.hooks.finish(record, result.status, OK)  # answered, as for HTTP, whether or not the client stays
             for event in unwrap.feed(result.body):
                 self._send_text(event)
             return

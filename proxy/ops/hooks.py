@@ -60,6 +60,12 @@ class HookSet(Hooks):
             except Exception:
                 log.exception("hook %s failed on a stream closing", type(hook).__name__)
 
+    def finish(self, record: RequestRecord, status: int, outcome: str) -> None:
+        """Close `record` with its status and outcome and tell the hooks — unless it was closed
+        already (a request ends once: a stream's record is closed when the stream ends)."""
+        if record.finish(status, outcome):
+            self.request_done(record)
+
     def request_done(self, record: RequestRecord) -> None:
         for hook in self.hooks:
             try:
