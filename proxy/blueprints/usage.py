@@ -16,7 +16,6 @@ why they are exact); what this worker still has queued is written before it answ
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
@@ -25,7 +24,7 @@ from proxy.ops.recent import entry_json
 from proxy.ops.usage_query import answer_csv, answer_json, parse_query
 from proxy.ops.usage_store import RECENT_CAP
 from proxy.ops.usage_writer import UsageWriter
-from proxy.upstream.keeper import blocking
+from proxy.upstream.keeper import call_store
 
 bp = Blueprint("usage", __name__)
 
@@ -39,15 +38,11 @@ def _writer() -> UsageWriter:
     return writer
 
 
-def _run(writer: UsageWriter, fn: Any, *args: Any) -> Any:
-    return blocking(fn, *args) if writer.store.blocking else fn(*args)
-
-
 @bp.get("/admin/usage")
 def usage() -> Response:
     query, answer_format = parse_query(request.args, time.time())
     writer = _writer()
-    answer = _run(writer, writer.store.query, query)
+    answer = call_store(writer.store, lambda: writer.store.query(query))
     if answer_format == "csv":
         return Response(answer_csv(query, answer), mimetype="text/csv",
                         headers={"Content-Disposition": 'inline; filename="usage.csv"'})
@@ -63,4 +58,4 @@ def recent_requests() -> Response:
     if not raw.isdigit() or not 1 <= int(raw) <= RECENT_CAP:
         raise invalid("limit", f"must be a whole number from 1 to {RECENT_CAP} (got {raw!r})")
     writer = _writer()
-    return jsonify({"data": [entry_json(e) for e in _run(writer, writer.store.recent, int(raw))]})
+    return jsonify({"data": [entry_json(e) for e in call_store(writer.store, lambda: writer.store.recent(int(raw)))]})

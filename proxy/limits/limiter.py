@@ -13,7 +13,8 @@ While requests run, their leases are renewed every LEASE_TTL / 3 seconds.
 Which store: Redis with `state: {backend: redis}` (every host), else the `state_path` SQLite file
 (every worker of the host), else memory. When Redis fails, the host's own store takes over — limits
 then hold per host, not across hosts — with one warning per outage; Redis is tried again after
-RETRY_SHARED seconds, and its return is logged. A reservation is settled where it was made.
+RETRY_SHARED seconds (proxy/state/shared_first.py), and its return is logged. A reservation is
+settled where it was made.
 """
 
 from __future__ import annotations
@@ -38,11 +39,11 @@ from proxy.limits import rules
 from proxy.limits.store import LEASE_TTL, Decision, LimitStore, MemoryLimitStore, SQLiteLimitStore
 from proxy.ops.hooks import Hooks
 from proxy.ops.records import RequestRecord
-from proxy.upstream.keeper import blocking
+from proxy.state.shared_first import SharedFirst
+from proxy.upstream.keeper import blocking, call_store
 
 log = logging.getLogger("proxy.limits")
 
-RETRY_SHARED = 5.0  # seconds on the host's own store after Redis failed, before Redis is tried again
 T = TypeVar("T")
 
 
@@ -65,7 +66,8 @@ class Limiter(Hooks):
         self.local = local
         self.shared = shared
         self.clock = clock
-        self._shared_down_until: float | None = None  # set while Redis is out: when to try it again
+        self._stores = SharedFirst(local, shared, call_store, log=log, clock=clock,
+                                   meanwhile="client key limits are enforced per host")
         self._open: dict[int, _Held] = {}  # by id() of the request's record, alive while it is held here
         self._renewer: gevent.Greenlet | None = None
 
@@ -114,7 +116,7 @@ class Limiter(Hooks):
             tokens = 0
         store, decision = held.store, held.decision
         try:
-            self._run(store, lambda: store.settle(held.key, held.limits, decision.reserved, tokens, held.lease,
+            call_store(store, lambda: store.settle(held.key, held.limits, decision.reserved, tokens, held.lease,
                                                   decision.at))
         except Exception as exc:
             log.warning("limits: could not charge %d tokens to the key %r (%s: %s); its reservation stands",
@@ -131,27 +133,7 @@ class Limiter(Hooks):
     # ------------------------------------------------------------ which store
 
     def _call(self, op: Callable[[LimitStore], T]) -> tuple[LimitStore, T]:
-        shared = self.shared
-        if shared is not None and (self._shared_down_until is None or self.clock() >= self._shared_down_until):
-            try:
-                result = self._run(shared, lambda: op(shared))
-            except Exception as exc:
-                if self._shared_down_until is None:
-                    log.warning("limits: the Redis state store failed (%s: %s); client key limits are enforced "
-                                "per host until it answers again", type(exc).__name__, exc)
-                self._shared_down_until = self.clock() + RETRY_SHARED
-            else:
-                if self._shared_down_until is not None:
-                    log.warning("limits: the Redis state store answers again; client key limits are shared "
-                                "across hosts again")
-                    self._shared_down_until = None
-                return shared, result
-        local = self.local
-        return local, self._run(local, lambda: op(local))
-
-    @staticmethod
-    def _run(store: LimitStore, fn: Callable[[], T]) -> T:
-        return blocking(fn) if store.blocking else fn()
+        return self._stores.call(op)
 
     # ------------------------------------------------------------ leases of requests in flight
 

@@ -26,11 +26,11 @@ from proxy.config import Config, Upstream
 from proxy.pool.affinity import AffinityStore, MemoryAffinity, SQLiteAffinity
 from proxy.protocols import registry
 from proxy.protocols.exchange import Exchange
-from proxy.upstream.keeper import blocking
+from proxy.state.shared_first import SharedFirst
+from proxy.upstream.keeper import call_store
 
 log = logging.getLogger("proxy.affinity")
 
-RETRY_SHARED = 5.0  # seconds on the host's own store after Redis failed, before Redis is tried again
 T = TypeVar("T")
 
 
@@ -38,7 +38,8 @@ class Affinity:
     def __init__(self, local: AffinityStore, shared: AffinityStore | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.local, self.shared, self.clock = local, shared, clock
-        self._shared_down_until: float | None = None
+        self._stores = SharedFirst(local, shared, call_store, log=log, clock=clock,
+                                   meanwhile="conversations are kept on their accounts per host")
 
     @classmethod
     def open(cls, config: Config) -> Affinity:
@@ -81,23 +82,8 @@ class Affinity:
         self._call(lambda store: store.put(upstream.name, conversation, account, ttl))
 
     def _call(self, op: Callable[[AffinityStore], T]) -> T | None:
-        shared = self.shared
-        if shared is not None and (self._shared_down_until is None or self.clock() >= self._shared_down_until):
-            try:
-                result = op(shared)
-            except Exception as exc:
-                if self._shared_down_until is None:
-                    log.warning("affinity: the Redis state store failed (%s: %s); conversations are kept on "
-                                "their accounts per host until it answers again", type(exc).__name__, exc)
-                self._shared_down_until = self.clock() + RETRY_SHARED
-            else:
-                if self._shared_down_until is not None:
-                    log.warning("affinity: the Redis state store answers again")
-                    self._shared_down_until = None
-                return result
-        local = self.local
         try:
-            return blocking(op, local) if local.blocking else op(local)
+            return self._stores.call(op)[1]
         except Exception:
             log.exception("affinity: the state store failed; the pool chooses the account")
             return None

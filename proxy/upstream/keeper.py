@@ -62,6 +62,14 @@ def blocking(fn: Callable[..., T], *args: Any) -> T:
     return fn(*args)
 
 
+def call_store(store: Any, fn: Callable[[], T]) -> T:
+    """`fn`, a call on `store`: on a thread when the store blocks (its `blocking`), else here — as a
+    `cooperative` store's calls always are (see `blocking`)."""
+    if not store.blocking or getattr(store, "cooperative", False):
+        return fn()
+    return blocking(fn)
+
+
 class PoolKeeper:
     def __init__(self, pools: dict[str, AccountPool], store: StateStore, client: UpstreamClient,
                  holder: str | None = None, slots: SlotLedger | None = None) -> None:
