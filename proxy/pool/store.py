@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from proxy.state import sqlite
 
 
 @dataclass
@@ -159,33 +160,22 @@ class SQLiteStore:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        if not os.path.exists(path):
-            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))  # it may hold runtime-added keys
-        with self._session() as db:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.executescript(_SCHEMA)
+        # Created owner-only (it may hold runtime-added keys), in WAL mode; the idle connection kept
+        # open spares every operation a new WAL and its sync (proxy/state/sqlite.py says why).
+        self._keep = sqlite.prepare(path, _SCHEMA)
 
     @contextlib.contextmanager
     def _session(self) -> Iterator[sqlite3.Connection]:
         """A connection for one operation (cheap, and free of the thread that opened it)."""
-        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        db.row_factory = sqlite3.Row
-        db.execute("PRAGMA synchronous=NORMAL")
-        try:
+        with sqlite.session(self.path) as db:
+            db.row_factory = sqlite3.Row
             yield db
-        finally:
-            db.close()
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._session() as db:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
+        with sqlite.write_transaction(self.path) as db:
+            db.row_factory = sqlite3.Row
+            yield db
 
     def load(self) -> list[AccountRecord]:
         with self._session() as db:

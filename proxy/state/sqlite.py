@@ -1,5 +1,5 @@
 """Connections to the `state_path` SQLite file for the stores that keep tables of their own in it
-(client key limits, conversation affinity).
+(the pool's account states, client key limits, conversation affinity).
 
 Owns how such a store opens the file: created readable by its owner only (the pool keeps
 runtime-added accounts' keys in it), WAL mode, a connection per operation (cheap, and free of the
