@@ -21,10 +21,23 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Callable
+from typing import Any
 
 from proxy.config import Config, ConfigError, load
 from proxy.protocols import registry
 from proxy.state.redis_connection import MISSING_PACKAGE
+
+# What a running proxy set up from the config when it started, and cannot take from a reloaded file:
+# the key, how to read it, and why.
+FIXED_AT_START: tuple[tuple[str, Callable[[Config], Any], str], ...] = (
+    ("protocol_plugins", lambda c: list(c.protocol_plugins), "a protocol's endpoint is set up when the proxy starts"),
+    ("metrics.enabled", lambda c: c.metrics.enabled, "the workers' metrics are set up when the proxy starts"),
+    ("usage.enabled", lambda c: c.usage.enabled, "accounting is set up when a worker starts"),
+    ("logging.format", lambda c: c.logging.format, "gunicorn's logger is chosen when the proxy starts"),
+    ("compaction.key", lambda c: c.compaction.key,
+     "every worker must seal and open compaction items with the same key"),
+)
 
 
 def checked(path: str) -> Config:
@@ -46,25 +59,10 @@ def for_reload(current: Config, path: str) -> Config:
         raise ConfigError("state", f"cannot change on a reload (the proxy runs with backend {current.state.backend!r}"
                                    f"{' at ' + str(current.state.shown_url) if current.state.url else ''}): every "
                                    "worker's stores are opened when it starts; restart the proxy to use another")
-    if new.protocol_plugins != current.protocol_plugins:
-        raise ConfigError("protocol_plugins", f"cannot change on a reload (the proxy runs with "
-                                              f"{list(current.protocol_plugins)}): a protocol's endpoint is set up "
-                                              "when the proxy starts; restart the proxy to change them")
-    if new.metrics.enabled != current.metrics.enabled:
-        raise ConfigError("metrics.enabled", f"cannot change on a reload (the proxy runs with "
-                                             f"{current.metrics.enabled}): the workers' metrics are set up when the "
-                                             "proxy starts; restart the proxy to change it")
-    if new.usage.enabled != current.usage.enabled:
-        raise ConfigError("usage.enabled", f"cannot change on a reload (the proxy runs with "
-                                           f"{current.usage.enabled}): accounting is set up when a worker "
-                                           "starts; restart the proxy to change it")
-    if new.logging.format != current.logging.format:
-        raise ConfigError("logging.format", f"cannot change on a reload (the proxy runs with "
-                                            f"{current.logging.format!r}): gunicorn's logger is chosen when the "
-                                            "proxy starts; restart the proxy to change it")
-    if new.compaction.key != current.compaction.key:  # compared, never shown
-        raise ConfigError("compaction.key", "cannot change on a reload: every worker must seal and open "
-                                            "compaction items with the same key; restart the proxy to change it")
+    for key, read, why in FIXED_AT_START:
+        if read(new) != read(current):
+            shown = "" if key == "compaction.key" else f" (the proxy runs with {read(current)!r})"  # a secret
+            raise ConfigError(key, f"cannot change on a reload{shown}: {why}; restart the proxy to change it")
     return new
 
 
