@@ -91,6 +91,11 @@ class AppState:
     limiter: Limiter | None = None  # client keys' limits (proxy.limits); set by create_app
 
 
+# The endpoints besides each protocol's completion endpoint, one module each.
+ENDPOINTS = (messages, responses, responses_socket, responses_compact, models, admin, metrics_endpoint, admin_status,
+             readiness, reload_endpoints, usage, keys, status_page)
+
+
 def create_app(config: Config | None = None, start_background: bool = True) -> Flask:
     generation = 1
     if config is None:
@@ -147,19 +152,8 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
     http.install(app)
     for protocol in registry.all_protocols():  # each protocol's endpoint, plugins' included
         app.register_blueprint(completions_blueprint(protocol))
-    app.register_blueprint(messages.bp)
-    app.register_blueprint(responses.bp)
-    app.register_blueprint(responses_socket.bp)
-    app.register_blueprint(responses_compact.bp)
-    app.register_blueprint(models.bp)
-    app.register_blueprint(admin.bp)
-    app.register_blueprint(metrics_endpoint.bp)
-    app.register_blueprint(admin_status.bp)
-    app.register_blueprint(readiness.bp)
-    app.register_blueprint(reload_endpoints.bp)
-    app.register_blueprint(usage.bp)
-    app.register_blueprint(keys.bp)
-    app.register_blueprint(status_page.bp)
+    for module in ENDPOINTS:
+        app.register_blueprint(module.bp)
     return app
 
 
