@@ -40,6 +40,7 @@ from collections.abc import Callable, Generator, Iterator
 from typing import Any, Protocol
 
 import gevent
+import gevent.select
 import requests
 
 from proxy.config import Streaming
@@ -53,6 +54,8 @@ log = logging.getLogger(__name__)
 
 # What woke a waiting stream.
 _UPSTREAM, _CLIENT, _DEADLINE, _INTERRUPT = "upstream", "client", "deadline", "interrupt"
+# After the terminator: how long and how far the end of an upstream body is read to keep its connection.
+FINISH_WITHIN, FINISH_MAX_BYTES = 0.5, 65536
 _LIVE: weakref.WeakSet[StreamingBody] = weakref.WeakSet()  # streams of this worker not yet closed
 
 
@@ -273,9 +276,35 @@ class StreamingBody:
         _LIVE.discard(self)
         self._frames.close()
         self._stop_watching()
+        if self._relay.done and self._body.worth_finishing():
+            self._finish_body()
         self._body.close()
         self._upstream.close()
         self._report()
+
+    def _finish_body(self) -> None:
+        """The client has its whole answer but the upstream's body has not ended yet — its last
+        bytes (a chunked body's `0` chunk, say) were still on their way when the protocol's
+        terminator arrived. Read up to that end, briefly, so the connection goes back to the pool
+        instead of being closed: the next request then skips a new connection (and its TLS
+        handshake). Run after the server has written the client's end of the response, so only
+        the client's next request on this connection waits, at most FINISH_WITHIN seconds."""
+        deadline = time.monotonic() + FINISH_WITHIN
+        left_over = 0
+        try:
+            while left_over <= FINISH_MAX_BYTES:
+                data = self._body.read()
+                if data == b"":
+                    return
+                if data is not None:  # bytes after the protocol's terminator: not for anyone
+                    left_over += len(data)
+                    continue
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                gevent.select.select([self._body.fileno()], [], [], remaining)
+        except UpstreamBodyError:
+            return
 
     def _report(self) -> None:
         """Hand the outcome to `on_close`, once."""

@@ -173,6 +173,10 @@ class UpstreamBody:
                 return b""
         return body or None
 
+    def worth_finishing(self) -> bool:
+        """The body has not ended but its connection could go back to the pool once it does."""
+        return not self._ended and self._refused is None and self._reusable
+
     def close(self) -> None:
         """Give the socket its blocking timeout back; `requests` then closes the connection, unless
         the body ended cleanly and it is back in the pool already."""
