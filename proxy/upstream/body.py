@@ -151,9 +151,11 @@ class UpstreamBody:
         return self._sock.fileno()
 
     def pending(self) -> bool:
-        """Bytes are ready without waiting on the socket (TLS may hold decrypted bytes the socket
-        no longer shows as readable)."""
-        return self._head is not None or (self._tls and self._sock.pending() > 0)  # type: ignore[attr-defined]
+        """The next `read()` has an answer without waiting on the socket: bytes read with the
+        headers, bytes TLS holds decrypted (the socket no longer shows them as readable), or the
+        end of the body — read along with its last bytes, it is b"" now, and the socket (back in
+        the pool, or the upstream's to keep open) will say nothing more."""
+        return self._head is not None or self._ended or (self._tls and self._sock.pending() > 0)  # type: ignore[attr-defined]
 
     def read(self) -> bytes | None:
         if self._refused is not None:

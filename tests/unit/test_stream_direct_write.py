@@ -72,9 +72,12 @@ class PacedUpstream:
     """Answers one request with a chunked SSE stream, one event per HTTP chunk, sending each event
     only after `next_event` is set (the test sets it once the client has the previous one)."""
 
-    def __init__(self, events: list[bytes]) -> None:
+    def __init__(self, events: list[bytes], end_with_last: bool = False) -> None:
         self.events = list(events)
+        self.end_with_last = end_with_last  # the last event and the end of the body in one write
         self.next_event = threading.Semaphore(0)
+        self.finished = threading.Event()  # set by the test when it is done with the connection
+        self.sent_all = threading.Event()
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.thread = threading.Thread(target=self._serve, daemon=True)
@@ -87,13 +90,19 @@ class PacedUpstream:
             while b"\r\n\r\n" not in request:
                 request += conn.recv(65536)
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
-            for event in self.events:
+            for i, event in enumerate(self.events):
                 if not self.next_event.acquire(timeout=30):
                     return
-                conn.sendall(b"%x\r\n%s\r\n" % (len(event), event))
-            conn.sendall(b"0\r\n\r\n")
+                end = b"0\r\n\r\n" if self.end_with_last and i == len(self.events) - 1 else b""
+                conn.sendall(b"%x\r\n%s\r\n%s" % (len(event), event, end))
+            if not self.end_with_last:
+                conn.sendall(b"0\r\n\r\n")
+            self.sent_all.set()
+            # A keep-alive connection stays open: the end of the body is all the proxy will see.
+            self.finished.wait(30)
 
     def close(self) -> None:
+        self.finished.set()
         self.listener.close()
 
 
@@ -202,7 +211,7 @@ def test_a_client_that_stops_reading_holds_the_rest_back_and_loses_nothing(big_u
 
         server = gevent.spawn(serve)
         with gevent.Timeout(30):
-            while upstream.thread.is_alive():  # the upstream sends all it has while the client reads nothing
+            while not upstream.sent_all.is_set():  # the upstream sends all it has while the client reads nothing
                 gevent.sleep(0.01)
         assert not server.dead  # parked on the full socket, with the rest of the stream held back
         received = read_chunks(client_side, bytearray(), len(BIG))
@@ -252,3 +261,57 @@ def test_a_relay_that_calls_out_is_never_fed_in_the_hub(upstream: PacedUpstream)
         assert server.successful(), server.exception
     assert received == EVENTS
     assert len(relay.fed_in_hub) == len(EVENTS) and not any(relay.fed_in_hub)
+
+
+class EndingRelay(EchoRelay):
+    """A relay finished by the end of the upstream's body, not by an event (a Chat upstream that
+    closes without `data: [DONE]`, which the passthrough then adds)."""
+
+    def feed(self, sse: SSEEvent) -> list[bytes]:
+        return [b"data: " + sse.data + b"\n\n"]
+
+    def close(self) -> list[bytes]:
+        self.done = True
+        return [b"data: [DONE]\n\n"]
+
+
+@pytest.mark.parametrize("pace", ["one event at a time", "all at once"])
+def test_a_body_that_ends_with_its_last_event_ends_the_stream_then(pace: str) -> None:
+    """The last event and the end of the body in one read: the stream ends at once, not when its
+    keepalive deadline next wakes it (it once waited for that — a minute here — having read the
+    end along with the last bytes and then waited on a socket that would say nothing more).
+    Paced, the last read happens in the hub's relay step; all at once, in the stream's greenlet."""
+    events = EVENTS[:-1]
+    upstream = PacedUpstream(events, end_with_last=True)
+    client_side, engine_side = gevent.socket.socketpair()
+    writer = ChunkedWriter(engine_side)
+    try:
+        with requests.Session() as session, gevent.Timeout(20, AssertionError("the stream hung")):
+            resp = session.get(f"http://127.0.0.1:{upstream.port}/v1/stream", stream=True)
+            body = StreamingBody(resp, EndingRelay(), Streaming(keepalive_interval=60, idle_timeout=120),
+                                 None, lambda outcome: None)
+            upstream.next_event.release()
+            body.prime()
+            body.write_directly(writer)
+            if pace == "all at once":
+                for _ in events[1:]:
+                    upstream.next_event.release()
+
+            def serve() -> None:
+                for frame in body:
+                    engine_side.sendall(writer.wire(frame))
+                body.close()
+
+            server = gevent.spawn(serve)
+            buf = bytearray()
+            received = read_chunks(client_side, buf, 1)
+            for _ in events[1:]:
+                if pace == "one event at a time":
+                    upstream.next_event.release()
+                received += read_chunks(client_side, buf, 1)
+            received += read_chunks(client_side, buf, 1)
+            server.join()
+            assert server.successful(), server.exception
+    finally:
+        upstream.close()
+    assert received == [*events, b"data: [DONE]\n\n"]
