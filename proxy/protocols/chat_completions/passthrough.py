@@ -39,13 +39,17 @@ from proxy.protocols.transcode import closed_early, parse_payload
 _MISSING = object()
 
 
-def _swap_model(data: bytes, old: str, new: str) -> bytes | None:
-    """The chunk's bytes with its model name replaced, when the name appears exactly once in the
-    compact form servers write; None (write the chunk anew) otherwise."""
-    before = b'"model":' + json.dumps(old, ensure_ascii=False).encode()
+def _model_field(name: str) -> bytes:
+    """`"model":"<name>"` as servers write it compactly."""
+    return b'"model":' + json.dumps(name, ensure_ascii=False).encode()
+
+
+def _swap_model(data: bytes, before: bytes, after: bytes) -> bytes | None:
+    """The chunk's bytes with its model field `before` replaced by `after`, when it appears exactly
+    once; None (write the chunk anew) otherwise."""
     if data.count(before) != 1:
         return None
-    return data.replace(before, b'"model":' + json.dumps(new, ensure_ascii=False).encode())
+    return data.replace(before, after)
 
 
 class _ChoiceState:
@@ -72,6 +76,7 @@ class ChatPassthroughStream:
         self._started = False
         self._dirty = False  # the chunk being relayed was changed, so it must be written anew
         self._model_from: str | None = None  # the upstream's model name in this chunk, to be replaced
+        self._swap: tuple[str, bytes, bytes] | None = None  # that name, its field and the client's (_model_fields)
 
     def feed(self, sse: SSEEvent) -> list[bytes]:
         if self.done:
@@ -100,7 +105,7 @@ class ChatPassthroughStream:
         if not self._dirty and len(chunks) == 1:
             # Nothing needed fixing: the upstream's own bytes, without a JSON round trip — except,
             # commonly, the model name (upstreams answer with a dated one), swapped in place.
-            raw = data if self._model_from is None else _swap_model(data, self._model_from, self.model)
+            raw = data if self._model_from is None else _swap_model(data, *self._model_fields(self._model_from))
             if raw is not None:
                 return [b"data: " + raw + b"\n\n"]
         return [data_frame(c) for c in chunks]
@@ -179,6 +184,13 @@ class ChatPassthroughStream:
         # Usage must travel in its own chunk with empty choices, after the one with the choices.
         chunk["usage"] = None
         return [chunk, {**chunk, "choices": [], "usage": raw_usage}]
+
+    def _model_fields(self, upstream_model: str) -> tuple[bytes, bytes]:
+        """The upstream's model field and the client's, encoded once per stream (an upstream names
+        the same model in every chunk)."""
+        if self._swap is None or self._swap[0] != upstream_model:
+            self._swap = (upstream_model, _model_field(upstream_model), _model_field(self.model))
+        return self._swap[1], self._swap[2]
 
     def _set(self, obj: dict[str, Any], key: str, value: Any) -> None:
         if obj.get(key, _MISSING) != value or key not in obj:
