@@ -15,6 +15,7 @@ from proxy.protocols.responses.conversation import ResponsesConversation
 from proxy.protocols.responses.passthrough import ResponsesPassthroughStream
 from proxy.protocols.responses.request import decode
 from proxy.protocols.responses.store import Origin, ResponseStore
+from proxy.protocols.responses.stream_encode import ResponsesStreamEncoder
 from proxy.protocols.sse import SSEEvent, event_frame
 
 
@@ -181,3 +182,21 @@ def test_a_passthrough_stream_is_kept_once_at_its_end_and_echoes_the_clients_pre
     relay = ResponsesPassthroughStream(None, "resp_prev")
     assert [f for sse in passthrough_events("resp_prev") for f in relay.feed(sse)] == [
         event_frame(sse) for sse in passthrough_events("resp_prev")]
+
+
+def test_a_stream_calls_out_only_when_its_keeper_may_wait() -> None:
+    """Storing in this worker's memory never waits, so such a stream may be relayed in the event
+    loop's callback; a keeper over the network (Redis) may, and a bare callable is assumed to."""
+
+    class NetworkStore(ResponseStore):
+        waits = True
+
+    body = {"model": "m", "input": "hi"}
+    local = ResponsesConversation(body, ResponseStore()).keeper(RESP, "r1", passthrough=True)
+    remote = ResponsesConversation(body, NetworkStore()).keeper(RESP, "r1", passthrough=True)
+    assert not ResponsesPassthroughStream(local).calls_out
+    assert ResponsesPassthroughStream(remote).calls_out
+    assert ResponsesPassthroughStream(lambda final: None).calls_out
+    assert not ResponsesPassthroughStream(None).calls_out
+    assert not ResponsesStreamEncoder(body, "m", set(), False, on_complete=local).calls_out
+    assert ResponsesStreamEncoder(body, "m", set(), False, on_complete=remote).calls_out

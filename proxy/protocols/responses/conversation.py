@@ -35,6 +35,21 @@ def input_items(body: dict[str, Any]) -> list[dict[str, Any]]:
     return [dict(item) for item in inp]
 
 
+class Keeper:
+    """The hook that stores a finished response object, and whether calling it may wait (a store
+    over the network): a stream whose keeper may wait is never translated in the event loop's own
+    callback (the streaming engine asks its relay's `calls_out`)."""
+
+    __slots__ = ("_keep", "waits")
+
+    def __init__(self, keep: Callable[[dict[str, Any]], None], waits: bool) -> None:
+        self._keep = keep
+        self.waits = waits
+
+    def __call__(self, final: dict[str, Any]) -> None:
+        self._keep(final)
+
+
 class ResponsesConversation:
     """One `/v1/responses` request's conversation, as each attempt of the relay needs it."""
 
@@ -101,7 +116,7 @@ class ResponsesConversation:
             self.store.put(final, self._items_of_this_request(strict=False), self.body.get("previous_response_id"),
                            Origin(upstream.name, account, kept), retrievable=not unstored)
 
-        return keep
+        return Keeper(keep, self.store.waits)
 
     def keep_unanswered(self, final: dict[str, Any]) -> None:
         """Keep a response no upstream saw (a WebSocket warm-up), so later turns can chain on it."""

@@ -58,8 +58,8 @@ class ResponsesPassthroughStream(WatchedPassthrough):
 
     @property
     def calls_out(self) -> bool:
-        """`feed` may call the conversation's keeper, which may wait on a store over the network."""
-        return self._on_complete is not None
+        """`feed` may call the conversation's keeper, and that may wait on a store over the network."""
+        return self._on_complete is not None and getattr(self._on_complete, "waits", True)
 
     def _echo_previous(self, sse: SSEEvent) -> SSEEvent:
         if sse.event not in LIFECYCLE_EVENTS:

@@ -41,6 +41,8 @@ return n
 
 
 class SharedResponseStore(ResponseStore):
+    waits = True  # Redis: a put is a round trip
+
     def __init__(self, state: StateConfig, max_entries: int = 1000, ttl: float = 3600.0,
                  health: StoreHealth | None = None, client: Any = None) -> None:
         super().__init__(max_entries, ttl)

@@ -102,8 +102,8 @@ class ResponsesStreamEncoder:
 
     @property
     def calls_out(self) -> bool:
-        """`encode` may call the conversation's keeper, which may wait on a store over the network."""
-        return self._on_complete is not None
+        """`encode` may call the conversation's keeper, and that may wait on a store over the network."""
+        return self._on_complete is not None and getattr(self._on_complete, "waits", True)
 
     # ------------------------------------------------------------ contract
 
