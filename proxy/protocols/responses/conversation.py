@@ -50,6 +50,11 @@ class Keeper:
         self._keep(final)
 
 
+def may_wait(keeper: Callable[[dict[str, Any]], None] | None) -> bool:
+    """Whether calling `keeper` may wait: a Keeper says; any other callable is assumed to."""
+    return keeper is not None and bool(getattr(keeper, "waits", True))
+
+
 class ResponsesConversation:
     """One `/v1/responses` request's conversation, as each attempt of the relay needs it."""
 

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from proxy.ir.response import ErrorInfo
+from proxy.protocols.responses.conversation import may_wait
 from proxy.protocols.responses.response import error_event_error, new_id
 from proxy.protocols.responses.stream_decode import ResponsesStreamDecoder
 from proxy.protocols.responses.vocabulary import failure_code
@@ -59,7 +60,7 @@ class ResponsesPassthroughStream(WatchedPassthrough):
     @property
     def calls_out(self) -> bool:
         """`feed` may call the conversation's keeper, and that may wait on a store over the network."""
-        return self._on_complete is not None and getattr(self._on_complete, "waits", True)
+        return may_wait(self._on_complete)
 
     def _echo_previous(self, sse: SSEEvent) -> SSEEvent:
         if sse.event not in LIFECYCLE_EVENTS:

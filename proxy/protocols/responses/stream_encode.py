@@ -40,6 +40,7 @@ from proxy.ir.reasoning import anthropic_to_encrypted
 from proxy.ir.request import Citation, OutputPart, ReasoningPart, RefusalPart, TextPart, ToolCallPart
 from proxy.ir.response import ErrorInfo, Usage
 from proxy.protocols.responses.annotations import annotation
+from proxy.protocols.responses.conversation import may_wait
 from proxy.protocols.responses.response import (
     ANSWER_ITEMS,
     ResponseObject,
@@ -103,7 +104,7 @@ class ResponsesStreamEncoder:
     @property
     def calls_out(self) -> bool:
         """`encode` may call the conversation's keeper, and that may wait on a store over the network."""
-        return self._on_complete is not None and getattr(self._on_complete, "waits", True)
+        return may_wait(self._on_complete)
 
     # ------------------------------------------------------------ contract
 
