@@ -233,9 +233,13 @@ class SQLiteUsageStore:
         # For try_add, on the caller's greenlet: it never waits for another process's write lock
         # (timeout 0: busy at once), and leaves checkpoints — which sync the file — to the writer
         # connection above, whose calls run on a thread.
-        self._at_once = sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False)
+        # Its setup waits like any other connection's: another worker starting at the same moment
+        # may hold the file (creating its tables, switching it to WAL), and a timeout of 0 here
+        # once failed a worker's boot with "database is locked" (two workers, the benchmark).
+        self._at_once = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
         self._at_once.execute("PRAGMA synchronous=NORMAL")
         self._at_once.execute("PRAGMA wal_autocheckpoint=0")
+        self._at_once.execute("PRAGMA busy_timeout=0")
 
     def _connect(self) -> sqlite3.Connection:
         # Used from whichever pool thread runs the call, one call at a time: not tied to a thread.
