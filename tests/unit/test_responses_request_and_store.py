@@ -189,7 +189,7 @@ def test_a_stream_calls_out_only_when_its_keeper_may_wait() -> None:
     loop's callback; a keeper over the network (Redis) may, and a bare callable is assumed to."""
 
     class NetworkStore(ResponseStore):
-        waits = True
+        blocking = True
 
     body = {"model": "m", "input": "hi"}
     local = ResponsesConversation(body, ResponseStore()).keeper(RESP, "r1", passthrough=True)

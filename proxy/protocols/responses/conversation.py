@@ -36,9 +36,9 @@ def input_items(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 class Keeper:
-    """The hook that stores a finished response object, and whether calling it may wait (a store
-    over the network): a stream whose keeper may wait is never translated in the event loop's own
-    callback (the streaming engine asks its relay's `calls_out`)."""
+    """The hook that stores a finished response object, and whether calling it may wait — whether
+    its store is `blocking`, as every state store says: a stream whose keeper may wait is never
+    translated in the event loop's own callback (the streaming engine asks its relay's `calls_out`)."""
 
     __slots__ = ("_keep", "waits")
 
@@ -121,7 +121,7 @@ class ResponsesConversation:
             self.store.put(final, self._items_of_this_request(strict=False), self.body.get("previous_response_id"),
                            Origin(upstream.name, account, kept), retrievable=not unstored)
 
-        return Keeper(keep, self.store.waits)
+        return Keeper(keep, self.store.blocking)
 
     def keep_unanswered(self, final: dict[str, Any]) -> None:
         """Keep a response no upstream saw (a WebSocket warm-up), so later turns can chain on it."""

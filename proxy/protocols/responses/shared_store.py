@@ -41,7 +41,8 @@ return n
 
 
 class SharedResponseStore(ResponseStore):
-    waits = True  # Redis: a put is a round trip
+    blocking = True  # a put is a round trip to Redis…
+    cooperative = True  # …over redis-py's sockets, which yield under gevent (proxy.upstream.keeper.blocking)
 
     def __init__(self, state: StateConfig, max_entries: int = 1000, ttl: float = 3600.0,
                  health: StoreHealth | None = None, client: Any = None) -> None:

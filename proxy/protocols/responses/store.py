@@ -55,7 +55,7 @@ class StoredResponse:
 
 
 class ResponseStore:
-    waits = False  # in this worker's memory: storing never waits (SharedResponseStore: over the network)
+    blocking = False  # in this worker's memory (SharedResponseStore: over the network)
 
     def __init__(self, max_entries: int = 1000, ttl: float = 3600.0,
                  clock: Callable[[], float] = time.monotonic, sealer: Sealer | None = None) -> None:
