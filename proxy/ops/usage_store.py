@@ -236,8 +236,7 @@ class SQLiteUsageStore:
         # Its setup waits like any other connection's: another worker starting at the same moment
         # may hold the file (creating its tables, switching it to WAL), and a timeout of 0 here
         # once failed a worker's boot with "database is locked" (two workers, the benchmark).
-        self._at_once = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
-        self._at_once.execute("PRAGMA synchronous=NORMAL")
+        self._at_once = self._connect()
         self._at_once.execute("PRAGMA wal_autocheckpoint=0")
         self._at_once.execute("PRAGMA busy_timeout=0")
 
