@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import gevent
 import gevent.socket
@@ -21,8 +21,12 @@ import requests
 
 from proxy.config import Streaming
 from proxy.ir.response import ErrorInfo, Usage
-from proxy.protocols.sse import SSEEvent
+from proxy.protocols.responses.conversation import ResponsesConversation
+from proxy.protocols.responses.passthrough import ResponsesPassthroughStream
+from proxy.protocols.responses.store import ResponseStore
+from proxy.protocols.sse import SSEEvent, event_frame
 from proxy.streaming import StreamingBody, StreamOutcome
+from tests.unit.test_responses_request_and_store import RESP, passthrough_events
 
 EVENTS = [b'data: {"n":%d,"text":"%s"}\n\n' % (i, b"x" * (i % 7)) for i in range(40)] + [b"data: [DONE]\n\n"]
 BIG = [b'data: {"n":%d,"text":"%s"}\n\n' % (i, b"y" * 3000) for i in range(30)] + [b"data: [DONE]\n\n"]
@@ -138,22 +142,55 @@ def read_chunks(sock: gevent.socket.socket, buf: bytearray, count: int) -> list[
     return chunks
 
 
+def open_stream(session: requests.Session, upstream: PacedUpstream, relay: object, writer: ChunkedWriter,
+                settings: Streaming | None = None,
+                on_close: Callable[[StreamOutcome], None] = lambda outcome: None) -> StreamingBody:
+    """A stream from `upstream`, primed on its first event (released here) and writing below the
+    server through `writer`, as the service's worker sets it up."""
+    resp = session.get(f"http://127.0.0.1:{upstream.port}/v1/stream", stream=True)
+    body = StreamingBody(resp, relay, settings or Streaming(), None, on_close)  # type: ignore[arg-type]
+    upstream.next_event.release()
+    body.prime()
+    body.write_directly(writer)
+    return body
+
+
+def serve(body: StreamingBody, engine_side: gevent.socket.socket, writer: ChunkedWriter) -> gevent.Greenlet:
+    """What the WSGI server does, in a greenlet: write what the body yields, then close it."""
+
+    def run() -> None:
+        for frame in body:  # what the server is given it writes, as gunicorn's Response.write does
+            engine_side.sendall(writer.wire(frame))
+        body.close()
+
+    return gevent.spawn(run)
+
+
+def read_paced(client_side: gevent.socket.socket, upstream: PacedUpstream | None, events: int,
+               then: int = 0) -> list[bytes]:
+    """`events` frames, one at a time — with `upstream`, each next event released only once the
+    client has the previous one — and `then` frames more (the proxy's own, after the upstream's)."""
+    buf = bytearray()
+    received = read_chunks(client_side, buf, 1)
+    for _ in range(events - 1):
+        if upstream is not None:
+            upstream.next_event.release()
+        received += read_chunks(client_side, buf, 1)
+    return received + read_chunks(client_side, buf, then)
+
+
 def test_frames_after_the_first_go_out_from_the_engine_each_its_own_chunk_relayed_in_the_hub(
         upstream: PacedUpstream) -> None:
     client_side, engine_side = gevent.socket.socketpair()
     outcomes: list[StreamOutcome] = []
     with requests.Session() as session:
-        resp = session.get(f"http://127.0.0.1:{upstream.port}/v1/stream", stream=True)
-        body = StreamingBody(resp, EchoRelay(), Streaming(), None, outcomes.append)
         writer = ChunkedWriter(engine_side)
-        upstream.next_event.release()
-        body.prime()
-        body.write_directly(writer)
+        body = open_stream(session, upstream, EchoRelay(), writer, on_close=outcomes.append)
         yielded: list[bytes] = []
         resumed = [0]
 
-        def serve() -> None:
-            # What the WSGI server does: iterate the body (writing what it yields), then close it.
+        def serve_traced() -> None:
+            # What the WSGI server does (`serve`), counting each time this greenlet resumes.
             me = greenlet.getcurrent()
 
             def count(event: str, args: tuple[greenlet.greenlet, greenlet.greenlet]) -> None:
@@ -169,13 +206,8 @@ def test_frames_after_the_first_go_out_from_the_engine_each_its_own_chunk_relaye
                 greenlet.settrace(previous)
                 body.close()
 
-        server = gevent.spawn(serve)
-        buf = bytearray()
-        received: list[bytes] = []
-        received = read_chunks(client_side, buf, 1)
-        for _ in EVENTS[1:]:
-            upstream.next_event.release()  # the next event only once the client has the previous one
-            received += read_chunks(client_side, buf, 1)
+        server = gevent.spawn(serve_traced)
+        received = read_paced(client_side, upstream, len(EVENTS))
         server.join(timeout=30)
         assert server.successful(), server.exception
 
@@ -196,20 +228,10 @@ def test_a_client_that_stops_reading_holds_the_rest_back_and_loses_nothing(big_u
     client_side.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     writer = ChunkedWriter(engine_side)
     with requests.Session() as session:
-        resp = session.get(f"http://127.0.0.1:{upstream.port}/v1/stream", stream=True)
-        body = StreamingBody(resp, EchoRelay(), Streaming(), None, lambda outcome: None)
-        upstream.next_event.release()
-        body.prime()
-        body.write_directly(writer)
+        body = open_stream(session, upstream, EchoRelay(), writer)
         for _ in BIG[1:]:
             upstream.next_event.release()  # then everything else at once
-
-        def serve() -> None:
-            for frame in body:  # what the server is given it writes, as gunicorn's Response.write does
-                engine_side.sendall(writer.wire(frame))
-            body.close()
-
-        server = gevent.spawn(serve)
+        server = serve(body, engine_side, writer)
         with gevent.Timeout(30):
             while not upstream.sent_all.is_set():  # the upstream sends all it has while the client reads nothing
                 gevent.sleep(0.01)
@@ -240,23 +262,8 @@ def test_a_relay_that_calls_out_is_never_fed_in_the_hub(upstream: PacedUpstream)
     relay = KeepingRelay()
     writer = ChunkedWriter(engine_side)
     with requests.Session() as session:
-        resp = session.get(f"http://127.0.0.1:{upstream.port}/v1/stream", stream=True)
-        body = StreamingBody(resp, relay, Streaming(), None, lambda outcome: None)
-        upstream.next_event.release()
-        body.prime()
-        body.write_directly(writer)
-
-        def serve() -> None:
-            for frame in body:
-                engine_side.sendall(writer.wire(frame))
-            body.close()
-
-        server = gevent.spawn(serve)
-        buf = bytearray()
-        received = read_chunks(client_side, buf, 1)
-        for _ in EVENTS[1:]:
-            upstream.next_event.release()
-            received += read_chunks(client_side, buf, 1)
+        server = serve(open_stream(session, upstream, relay, writer), engine_side, writer)
+        received = read_paced(client_side, upstream, len(EVENTS))
         server.join(timeout=30)
         assert server.successful(), server.exception
     assert received == EVENTS
@@ -287,31 +294,40 @@ def test_a_body_that_ends_with_its_last_event_ends_the_stream_then(pace: str) ->
     writer = ChunkedWriter(engine_side)
     try:
         with requests.Session() as session, gevent.Timeout(20, AssertionError("the stream hung")):
-            resp = session.get(f"http://127.0.0.1:{upstream.port}/v1/stream", stream=True)
-            body = StreamingBody(resp, EndingRelay(), Streaming(keepalive_interval=60, idle_timeout=120),
-                                 None, lambda outcome: None)
-            upstream.next_event.release()
-            body.prime()
-            body.write_directly(writer)
+            body = open_stream(session, upstream, EndingRelay(), writer,
+                               Streaming(keepalive_interval=60, idle_timeout=120))
             if pace == "all at once":
                 for _ in events[1:]:
                     upstream.next_event.release()
-
-            def serve() -> None:
-                for frame in body:
-                    engine_side.sendall(writer.wire(frame))
-                body.close()
-
-            server = gevent.spawn(serve)
-            buf = bytearray()
-            received = read_chunks(client_side, buf, 1)
-            for _ in events[1:]:
-                if pace == "one event at a time":
-                    upstream.next_event.release()
-                received += read_chunks(client_side, buf, 1)
-            received += read_chunks(client_side, buf, 1)
+            server = serve(body, engine_side, writer)
+            received = read_paced(client_side, upstream if pace == "one event at a time" else None, len(events),
+                                  then=1)
             server.join()
             assert server.successful(), server.exception
     finally:
         upstream.close()
     assert received == [*events, b"data: [DONE]\n\n"]
+
+
+def test_a_stored_responses_stream_is_relayed_and_kept_when_its_store_is_this_workers() -> None:
+    """A Responses passthrough whose keeper stores in memory may be fed in the hub: the client gets
+    the upstream's events byte for byte, and the finished response is there for its next turn."""
+    events = [event_frame(sse) for sse in passthrough_events(None)]
+    store = ResponseStore()
+    keeper = ResponsesConversation({"model": "m", "input": "hi"}, store).keeper(RESP, "r1", passthrough=True)
+    relay = ResponsesPassthroughStream(keeper)
+    assert not relay.calls_out
+    upstream = PacedUpstream(events)
+    client_side, engine_side = gevent.socket.socketpair()
+    writer = ChunkedWriter(engine_side)
+    try:
+        with requests.Session() as session:
+            server = serve(open_stream(session, upstream, relay, writer), engine_side, writer)
+            received = read_paced(client_side, upstream, len(events))
+            server.join(timeout=30)
+            assert server.successful(), server.exception
+    finally:
+        upstream.close()
+    assert received == events
+    kept = store.get("resp_up")
+    assert kept is not None and kept.response["status"] == "completed"
