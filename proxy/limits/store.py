@@ -28,7 +28,7 @@ from proxy.limits import rules
 from proxy.limits.rules import Refusal
 from proxy.state import sqlite
 
-LEASE_TTL = 60.0  # seconds a request-in-flight lease lives unless renewed
+LEASE_TTL = 12.0  # seconds a request-in-flight lease lives unless renewed (a dead worker's are free after this)
 
 
 @dataclass
@@ -53,6 +53,11 @@ class LimitStore(Protocol):
 
     def renew(self, leases: Mapping[str, Sequence[str]]) -> None:
         """Extend these leases (key name → lease ids) by LEASE_TTL from now."""
+
+    def charge(self, key: str, limits: KeyLimits, amounts: Mapping[str, float], token: str) -> None:
+        """Add `amounts` (limit name → what to add now, negative to give back) to the key's figures:
+        what another store took while this one was away. `token` names the charge, so a networked
+        store can apply a charge sent twice once."""
 
     def status(self, key: str, limits: KeyLimits) -> dict[str, dict[str, float]]:
         """Each limit's figures now (proxy.limits.rules.status)."""
@@ -93,6 +98,10 @@ class MemoryLimitStore:
             self._leases.get(key, {}).pop(lease, None)
             rules.settle(limits, self._state.setdefault(key, {}), dict(reserved), tokens, self._clock(), reserved_at)
 
+    def charge(self, key: str, limits: KeyLimits, amounts: Mapping[str, float], token: str) -> None:
+        with self._lock:
+            rules.charge(limits, self._state.setdefault(key, {}), dict(amounts), self._clock())
+
     def renew(self, leases: Mapping[str, Sequence[str]]) -> None:
         with self._lock:
             now = self._clock()
@@ -108,30 +117,21 @@ class MemoryLimitStore:
             return rules.status(limits, self._state.get(key, {}), len(self._in_flight(key, now)), now)
 
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS key_limit_usage (
-    key TEXT NOT NULL, name TEXT NOT NULL, used REAL NOT NULL, stamp REAL NOT NULL, PRIMARY KEY (key, name));
-CREATE TABLE IF NOT EXISTS key_limit_leases (
-    key TEXT NOT NULL, lease TEXT NOT NULL, expires REAL NOT NULL, PRIMARY KEY (key, lease));
-"""
-
-
 class SQLiteLimitStore:
     """The host's workers share the `state_path` file; each call is one transaction on a connection
     of its own (cheap, and free of the thread that runs it)."""
 
     blocking = True
 
-    def __init__(self, path: str, clock: Callable[[], float] = time.time) -> None:
-        self.path = path
+    def __init__(self, state_file: sqlite.StateFile, clock: Callable[[], float] = time.time) -> None:
+        self.file = state_file
         self._clock = clock
-        self._keep_open = sqlite.prepare(path, _SCHEMA)  # see sqlite.prepare
 
     def _session(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
-        return sqlite.session(self.path)
+        return self.file.session()
 
     def _transaction(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
-        return sqlite.write_transaction(self.path)
+        return self.file.write_transaction()
 
     @staticmethod
     def _read(db: sqlite3.Connection, key: str) -> dict[str, list[float]]:
@@ -171,6 +171,12 @@ class SQLiteLimitStore:
                 state = self._read(db, key)
                 rules.settle(limits, state, dict(reserved), tokens, self._clock(), reserved_at)
                 self._write(db, key, state)
+
+    def charge(self, key: str, limits: KeyLimits, amounts: Mapping[str, float], token: str) -> None:
+        with self._transaction() as db:
+            state = self._read(db, key)
+            rules.charge(limits, state, dict(amounts), self._clock())
+            self._write(db, key, state)
 
     def renew(self, leases: Mapping[str, Sequence[str]]) -> None:
         with self._transaction() as db:

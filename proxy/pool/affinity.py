@@ -73,24 +73,16 @@ class MemoryAffinity:
                 self._entries.popitem(last=False)
 
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS conversation_affinity (
-    upstream TEXT NOT NULL, conversation TEXT NOT NULL, account TEXT NOT NULL, expires REAL NOT NULL,
-    PRIMARY KEY (upstream, conversation));
-"""
-
-
 class SQLiteAffinity:
     blocking = True
 
-    def __init__(self, path: str, clock: Callable[[], float] = time.time) -> None:
-        self.path = path
+    def __init__(self, state_file: sqlite.StateFile, clock: Callable[[], float] = time.time) -> None:
+        self.file = state_file
         self._clock = clock
         self._next_purge = 0.0
-        self._keep_open = sqlite.prepare(path, _SCHEMA)  # see sqlite.prepare
 
     def _session(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
-        return sqlite.session(self.path)
+        return self.file.session()
 
     def get(self, upstream: str, conversation: str, ttl: float) -> str | None:
         now = self._clock()

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from proxy.state import sqlite
+from proxy.state.sqlite import unwritable
 
 
 @dataclass
@@ -76,6 +77,52 @@ class ProxyRecord:
 
 
 STATE_FIELDS = ("status", "until", "reason", "since", "balance", "runtime", "removed")
+
+
+class PendingWrites:
+    """Pool changes a store has not written yet (its backend away, or the state file unwritable):
+    the newest state per account and per proxy, counter deltas summed — so what waits grows with
+    the number of accounts, not with the traffic. Callers hold their own lock."""
+
+    def __init__(self) -> None:
+        self.states: dict[tuple[str, str], AccountRecord] = {}
+        self.deltas: dict[tuple[str, str], CounterDelta] = {}
+        self.proxies: dict[tuple[str, str], ProxyRecord] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.states or self.deltas or self.proxies)
+
+    def add(self, states: Sequence[AccountRecord], deltas: Sequence[CounterDelta],
+            proxies: Sequence[ProxyRecord]) -> None:
+        for record in states:
+            self.states[(record.upstream, record.id)] = record
+        for delta in deltas:
+            kept = self.deltas.get((delta.upstream, delta.id))
+            if kept is None:
+                self.deltas[(delta.upstream, delta.id)] = CounterDelta(**{**delta.__dict__,
+                                                                           "failures": dict(delta.failures)})
+            else:
+                _add(kept, delta)
+        for proxy in proxies:
+            self.proxies[(proxy.upstream, proxy.id)] = proxy
+
+    def take(self) -> PendingWrites:
+        """Everything pending, as a batch of its own; this one is left empty."""
+        taken = PendingWrites()
+        taken.states, taken.deltas, taken.proxies = self.states, self.deltas, self.proxies
+        self.states, self.deltas, self.proxies = {}, {}, {}
+        return taken
+
+    def put_back(self, batch: PendingWrites) -> None:
+        """A batch that was not written, under anything newer that came meanwhile."""
+        self.states = {**batch.states, **self.states}
+        self.proxies = {**batch.proxies, **self.proxies}
+        for k, delta in self.deltas.items():
+            if k in batch.deltas:
+                _add(batch.deltas[k], delta)
+            else:
+                batch.deltas[k] = delta
+        self.deltas = batch.deltas
 
 
 class StateStore(Protocol):
@@ -140,40 +187,29 @@ class MemoryStore:
             return False
 
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS accounts (
-    upstream TEXT NOT NULL, id TEXT NOT NULL,
-    status TEXT NOT NULL DEFAULT 'active', until REAL, reason TEXT, since REAL, balance REAL,
-    requests INTEGER NOT NULL DEFAULT 0, failures TEXT NOT NULL DEFAULT '{}',
-    tokens_in INTEGER NOT NULL DEFAULT 0, tokens_out INTEGER NOT NULL DEFAULT 0, last_used REAL NOT NULL DEFAULT 0,
-    runtime TEXT, removed INTEGER NOT NULL DEFAULT 0, version INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (upstream, id));
-CREATE TABLE IF NOT EXISTS proxies (
-    upstream TEXT NOT NULL, id TEXT NOT NULL, status TEXT NOT NULL DEFAULT 'ok', until REAL, reason TEXT, since REAL,
-    failures INTEGER NOT NULL DEFAULT 0, version INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (upstream, id));
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value);
-"""
-
-
 class SQLiteStore:
-    """One file per host, shared by its workers; WAL mode, every write one transaction."""
+    """One file per host, shared by its workers (proxy/state/sqlite.py opens it); every write one
+    transaction. While the file cannot be written (disk full, read-only), changes wait in memory
+    (`PendingWrites`) and the file's health says degraded; each worker goes on with what it knows,
+    and the changes are written once a write gets through again."""
 
-    def __init__(self, path: str) -> None:
-        self.path = path
-        # Created owner-only (it may hold runtime-added keys), in WAL mode; the idle connection kept
-        # open spares every operation a new WAL and its sync (proxy/state/sqlite.py says why).
-        self._keep = sqlite.prepare(path, _SCHEMA)
+    def __init__(self, state_file: sqlite.StateFile) -> None:
+        self.file = state_file
+        self.path = state_file.path
+        self.health = state_file.health
+        self._lock = threading.Lock()
+        self._pending = PendingWrites()
 
     @contextlib.contextmanager
     def _session(self) -> Iterator[sqlite3.Connection]:
         """A connection for one operation (cheap, and free of the thread that opened it)."""
-        with sqlite.session(self.path) as db:
+        with self.file.session() as db:
             db.row_factory = sqlite3.Row
             yield db
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with sqlite.write_transaction(self.path) as db:
+        with self.file.write_transaction() as db:
             db.row_factory = sqlite3.Row
             yield db
 
@@ -183,17 +219,29 @@ class SQLiteStore:
 
     def write(self, states: list[AccountRecord], deltas: list[CounterDelta],
               proxies: Sequence[ProxyRecord] = ()) -> None:
-        if not states and not deltas and not proxies:
-            return
+        with self._lock:
+            self._pending.add(states, deltas, proxies)
+            if not self._pending or not self.health.may_try():
+                return
+            batch = self._pending.take()
+        try:
+            self._write(batch)
+        except Exception as exc:
+            with self._lock:
+                self._pending.put_back(batch)
+            if unwritable(exc) is None:  # locked for longer than the busy timeout, …: the keeper logs it
+                raise
+
+    def _write(self, batch: PendingWrites) -> None:
         with self._transaction() as db:
             version = _meta(db, "version", 0)
-            for proxy in proxies:
+            for proxy in batch.proxies.values():
                 version += 1
                 db.execute("INSERT OR REPLACE INTO proxies (upstream, id, status, until, reason, since, failures, "
                            "version) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                            (proxy.upstream, proxy.id, proxy.status, proxy.until, proxy.reason, proxy.since,
                             proxy.failures, version))
-            for state in states:
+            for state in batch.states.values():
                 version += 1
                 db.execute("INSERT OR IGNORE INTO accounts (upstream, id) VALUES (?, ?)", (state.upstream, state.id))
                 db.execute(
@@ -202,7 +250,7 @@ class SQLiteStore:
                     (state.status, state.until, state.reason, state.since, state.balance,
                      json.dumps(state.runtime) if state.runtime is not None else None, int(state.removed), version,
                      state.upstream, state.id))
-            for delta in deltas:
+            for delta in batch.deltas.values():
                 db.execute("INSERT OR IGNORE INTO accounts (upstream, id) VALUES (?, ?)", (delta.upstream, delta.id))
                 row = db.execute("SELECT failures FROM accounts WHERE upstream=? AND id=?",
                                  (delta.upstream, delta.id)).fetchone()
@@ -236,14 +284,23 @@ class SQLiteStore:
         return self.load()
 
     def lead(self, holder: str, ttl: float) -> bool:
-        """Take or renew the leader lease; True while `holder` has it."""
-        with self._transaction() as db:
-            now = time.time()
-            current = _meta(db, "leader", None)
-            mine = current is None or current.split("|")[0] == holder or float(current.split("|")[1]) < now
-            if mine:
-                db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('leader', ?)", (f"{holder}|{now + ttl}",))
-            return bool(mine)
+        """Take or renew the leader lease; True while `holder` has it. False while the file cannot
+        be written: nobody leads, so probes wait, as with a Redis that is away."""
+        if not self.health.may_try():
+            return False
+        try:
+            with self._transaction() as db:
+                now = time.time()
+                current = _meta(db, "leader", None)
+                mine = current is None or current.split("|")[0] == holder or float(current.split("|")[1]) < now
+                if mine:
+                    db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('leader', ?)",
+                               (f"{holder}|{now + ttl}",))
+                return bool(mine)
+        except Exception as exc:
+            if unwritable(exc) is None:
+                raise
+            return False
 
 
 def _meta(db: sqlite3.Connection, key: str, default: Any) -> Any:
@@ -265,7 +322,7 @@ def _copy(record: AccountRecord) -> AccountRecord:
     return AccountRecord(**{**record.__dict__, "failures": dict(record.failures)})
 
 
-def _add(row: AccountRecord, delta: CounterDelta) -> None:
+def _add(row: AccountRecord | CounterDelta, delta: CounterDelta) -> None:
     row.requests += delta.requests
     row.tokens_in += delta.tokens_in
     row.tokens_out += delta.tokens_out

@@ -1,4 +1,4 @@
-"""The `llm-proxy` command: `serve`, `demo`, `check-config` and `state export | import`.
+"""The `llm-proxy` command: `serve`, `demo`, `check-config` and `state migrate | check | export | import`.
 
 Owns the command line: validating the config before anything starts (an invalid config exits
 with status 2 and one line naming the key and the problem — no traceback), starting gunicorn
@@ -28,6 +28,7 @@ from proxy.protocols import registry
 from proxy.serving import master
 from proxy.serving.config_check import checked as load_checked
 from proxy.serving.settings import settings as gunicorn_settings
+from proxy.state import schema
 
 DEMO_CLIENT_KEY = "sk-demo"
 
@@ -52,16 +53,22 @@ def main(argv: list[str] | None = None) -> int:
     check = sub.add_parser("check-config", help="validate a config file and exit")
     check.add_argument("config", help="YAML config file")
 
-    state = sub.add_parser("state", help="move account states, the overlay and usage between SQLite and Redis")
-    state.add_argument("action", choices=("export", "import"), help="export: the config's store to FILE; "
-                                                                   "import: FILE into the config's store")
-    state.add_argument("file", metavar="FILE", help="JSON lines file ('-' for stdout / stdin)")
+    state = sub.add_parser("state", help="the state file's schema; moving state between SQLite and Redis")
+    state.add_argument("action", choices=("migrate", "check", "export", "import"),
+                       help="migrate: create the state file or bring it to this version's schema; check: say what "
+                            "it is (version, journal mode, integrity); export: the config's store to FILE; "
+                            "import: FILE into the config's store")
+    state.add_argument("file", metavar="FILE", nargs="?", help="for export / import: a JSON lines file ('-' for "
+                                                               "stdout / stdin)")
     state.add_argument("--config", required=True, help="YAML config file (its state: section says which store)")
 
     args = parser.parse_args(argv)
     if args.command == "check-config":
         return _check(args.config)
     if args.command == "state":
+        if args.action in ("export", "import") and args.file is None:
+            parser.error(f"state {args.action} needs FILE (a JSON lines file, or - for standard "
+                         f"{'output' if args.action == 'export' else 'input'})")
         return _state(args.action, args.file, args.config)
     if args.command == "serve":
         return _serve(args.config, args.bind, args.workers)
@@ -78,15 +85,44 @@ def _at_least_one(text: str) -> int:
     return value
 
 
-def _state(action: str, path: str, config_path: str) -> int:
+def _state(action: str, path: str | None, config_path: str) -> int:
     try:
         config = load_checked(config_path)
     except ConfigError as exc:
         print(f"llm-proxy: config error: {exc}", file=sys.stderr)
         return 2
+    if action in ("migrate", "check"):
+        return _schema(action, config.state_path)
     from proxy.serving import state_transfer  # the stores: not for the master's imports
 
+    assert path is not None
     return state_transfer.run(action, config, path)
+
+
+def _schema(action: str, state_path: str | None) -> int:
+    """`state migrate`: what a starting proxy's master does to the file, now. `state check`: what
+    the file is; exit status 1 if it needs anything."""
+    if state_path is None:
+        print(f"llm-proxy state {action}: state_path is null: this config keeps no state file", file=sys.stderr)
+        return 1
+    path = os.path.abspath(state_path)
+    try:
+        if action == "migrate":
+            found, now = schema.migrate(path, on_wait=lambda waited: print(
+                f"llm-proxy state migrate: {path} is locked by another process; waiting ({waited:.0f}s so far)",
+                file=sys.stderr))
+            done = f"schema version {found} → {now}" if found != now else f"already at schema version {now}"
+            print(f"llm-proxy state migrate: {path}: {done}")
+            return 0
+        report = schema.check(path)
+    except schema.StateFileError as exc:
+        print(f"llm-proxy state {action}: {exc}", file=sys.stderr)
+        return 1
+    print(f"{path}: schema version {report.version} (this llm-proxy: {schema.CURRENT_VERSION}), journal mode "
+          f"{report.journal_mode or '-'}, integrity {report.integrity}, {report.size_bytes} bytes")
+    for problem in report.problems:
+        print(f"llm-proxy state check: {problem}", file=sys.stderr)
+    return 1 if report.problems else 0
 
 
 def _check(path: str) -> int:

@@ -33,6 +33,7 @@ from proxy.config import Config, ConfigError
 from proxy.ops.usage_store import DIMENSIONS, RECENT_CAP, RecentEntry, UsageQuery, UsageRow, UsageStore
 from proxy.pool.store import AccountRecord, CounterDelta, ProxyRecord, StateStore
 from proxy.serving.state_backend import open_stores
+from proxy.state import schema
 from proxy.state.health import StoreHealth
 
 FORMAT = 1
@@ -51,6 +52,11 @@ def _stores(config: Config) -> tuple[StateStore, UsageStore, StoreHealth, str]:
     if config.state.backend == "sqlite" and not config.state_path:
         raise TransferError("state_path is null: this config keeps its state in each worker's memory, "
                             "so there is nothing to export or import")
+    if config.state_path:  # brought to this version's schema first, as a starting proxy would
+        try:
+            schema.migrate(config.state_path)
+        except schema.StateFileError as exc:
+            raise TransferError(str(exc)) from None
     stores = open_stores(config)
     where = f"Redis at {config.state.shown_url}" if config.state.backend == "redis" else f"{config.state_path}"
     return stores.pool, stores.usage, stores.health, where

@@ -23,16 +23,23 @@ from __future__ import annotations
 import queue
 import signal
 import socket
+import sys
+import time
 from typing import Any
 
 import gevent
 from gunicorn.workers.ggevent import GeventWorker
 
+from proxy.config import ConfigError
+from proxy.serving import instance
 from proxy.serving.direct_write import attach_direct_writer
+from proxy.state.schema import StateFileError
 
 # Streams are ended this long before the master's SIGKILL: the worker notices that its requests
 # have drained once a second, and the last frames need a moment to be written.
 END_STREAMS_BEFORE_DEADLINE = 1.5
+BOOT_RETRY_PAUSE = 1.0  # seconds a worker that could not start waits before exiting to be replaced
+WORKER_BOOT_ERROR = 3  # the exit status on which gunicorn's master stops the server
 
 
 # Set in the worker process once this worker class runs it (checked by proxy.wsgi).
@@ -69,7 +76,12 @@ class ProxyGeventWorker(GeventWorker):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})  # one held since the fork arrives now
 
     def load_wsgi(self) -> None:
-        super().load_wsgi()
+        try:
+            super().load_wsgi()
+        except SystemExit:
+            raise
+        except Exception as exc:
+            self._could_not_boot(exc)
         # Streams write their frames below gunicorn's Response.write (proxy/serving/direct_write.py).
         # Flask's own middleware seam: self.wsgi stays the app (the reloader is found on it).
         app: Any = self.wsgi
@@ -77,8 +89,24 @@ class ProxyGeventWorker(GeventWorker):
         reloader = self._reloader()
         if reloader is not None:
             reloader.master_pid = self.ppid  # /admin/reload asks the master, which tells every worker
-            if self._reload_pending:  # the master's SIGHUP came while the app was being built
+            # A reload the master accepted while the app was being built (its SIGHUP held since the
+            # fork, or not sent to this worker yet): catch up now; nothing newer, nothing done.
+            if self._reload_pending or instance.current() is not None:
                 gevent.spawn(reloader.reload)
+
+    def _could_not_boot(self, exc: Exception) -> None:
+        """The app could not be built. A configuration error — the same in every worker — stops the
+        server, with one line naming it (gunicorn's master halts on a worker's exit status 3). Anything
+        else (a lock held too long, Redis not answering in time, a file descriptor short) may pass:
+        this worker exits with 1 after a pause, and the master starts another in its place — a
+        transient failure never takes the host down."""
+        if isinstance(exc, ConfigError) or (isinstance(exc, StateFileError) and exc.fatal):
+            print(f"llm-proxy: config error: {exc}", file=sys.stderr, flush=True)
+            sys.exit(WORKER_BOOT_ERROR)
+        self.log.warning("worker %d could not start (%s: %s); exiting so that the master starts another in %gs",
+                         self.pid, type(exc).__name__, exc, BOOT_RETRY_PAUSE, exc_info=exc)
+        time.sleep(BOOT_RETRY_PAUSE)  # not a hot loop of forks while the cause lasts
+        sys.exit(1)
 
     def handle_hup(self, sig: int, frame: Any) -> None:
         """Out of the signal handler: the reload blocks (the file, the store)."""

@@ -12,12 +12,13 @@ from flask.testing import FlaskClient
 from proxy.config import parse
 from proxy.serving.app import create_app
 from tests.conftest import CLIENT_KEY, base_config
+from tests.state_files import migrated
 
 ADMIN = "sk-admin-settings"
 
 
 def app(tmp: Path, **overrides: Any) -> FlaskClient:
-    config = base_config("http://127.0.0.1:1/v1", state_path=str(tmp / "state.db"), **overrides)
+    config = base_config("http://127.0.0.1:1/v1", state_path=migrated(tmp / "state.db"), **overrides)
     return create_app(parse(config), start_background=False).test_client()
 
 

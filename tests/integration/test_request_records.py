@@ -18,6 +18,7 @@ from proxy.ops.hooks import Hooks
 from proxy.ops.records import AttemptRecord, RequestRecord
 from proxy.serving.app import create_app
 from tests.conftest import CLIENT_KEY, DemoUpstream, base_config
+from tests.state_files import migrated
 
 
 class Kept(Hooks):
@@ -41,7 +42,7 @@ class Kept(Hooks):
 
 @pytest.fixture()
 def app_and_hook(demo_upstream: DemoUpstream, tmp_path: Path) -> Iterator[tuple[FlaskClient, Kept]]:
-    config = base_config(demo_upstream.url, state_path=str(tmp_path / "state.db"))
+    config = base_config(demo_upstream.url, state_path=migrated(tmp_path / "state.db"))
     app = create_app(parse(config), start_background=False)
     kept = Kept()
     app.extensions["llm_proxy"].hooks.add(kept)

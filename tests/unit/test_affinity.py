@@ -18,6 +18,7 @@ from proxy.pool.affinity import AffinityStore, MemoryAffinity, SQLiteAffinity
 from proxy.protocols import registry
 from proxy.protocols.exchange import Exchange
 from proxy.relay.affinity import Affinity
+from tests.state_files import open_state_file
 from tests.unit.test_relay_retry_loop import CHAT_ANSWER, answer, relay_for, upstream
 
 
@@ -91,7 +92,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> AffinityStore:
     if request.param == "memory":
         return MemoryAffinity()
     if request.param == "sqlite":
-        return SQLiteAffinity(str(tmp_path / "state.db"))
+        return SQLiteAffinity(open_state_file(tmp_path / "state.db"))
     from proxy.pool.affinity import RedisAffinity
 
     url = request.getfixturevalue("redis_url")
@@ -109,7 +110,7 @@ def test_every_store_remembers_per_upstream(store: AffinityStore) -> None:
 
 def test_memory_and_sqlite_entries_expire(tmp_path: Path) -> None:
     now = [1000.0]
-    for store in (MemoryAffinity(clock=lambda: now[0]), SQLiteAffinity(str(tmp_path / "s.db"), clock=lambda: now[0])):
+    for store in (MemoryAffinity(clock=lambda: now[0]), SQLiteAffinity(open_state_file(tmp_path / "s.db"), clock=lambda: now[0])):
         store.put("u", "c", "a1", 60)
         now[0] += 50
         assert store.get("u", "c", 60) == "a1"  # read at 50 s: extended to 60 s from now

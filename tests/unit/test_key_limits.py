@@ -16,6 +16,7 @@ from proxy.config.limits import KeyLimits
 from proxy.config.state import StateConfig
 from proxy.limits import rules
 from proxy.limits.store import LimitStore, MemoryLimitStore, SQLiteLimitStore
+from tests.state_files import open_state_file
 
 UPSTREAMS = [{"name": "u", "protocol": "chat_completions", "base_url": "http://u.invalid/v1",
               "accounts": [{"id": "a", "api_key": "sk-a"}]}]
@@ -78,7 +79,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LimitStore
     if request.param == "memory":
         yield MemoryLimitStore()
     elif request.param == "sqlite":
-        yield SQLiteLimitStore(str(tmp_path / "state.db"))
+        yield SQLiteLimitStore(open_state_file(tmp_path / "state.db"))
     else:
         from proxy.limits.redis_store import RedisLimitStore
 

@@ -17,6 +17,7 @@ from proxy.pool.state import ACTIVE, COOLING, DISABLED
 from proxy.pool.store import MemoryStore, SQLiteStore
 from proxy.upstream.client import Target, UpstreamNetworkError
 from proxy.upstream.keeper import PoolKeeper
+from tests.state_files import open_state_file
 
 
 class Clock:
@@ -176,7 +177,7 @@ def test_the_last_failed_attempt_is_kept_as_the_accounts_last_error() -> None:
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
 def test_store_shares_state_and_sums_counters_between_workers(kind: str, tmp_path: Path) -> None:
-    store = MemoryStore() if kind == "memory" else SQLiteStore(str(tmp_path / "state.db"))
+    store = MemoryStore() if kind == "memory" else SQLiteStore(open_state_file(tmp_path / "state.db"))
     clock = Clock()
     one, two = AccountPool(upstream(), clock=clock), AccountPool(upstream(), clock=clock)
     for _ in range(3):
@@ -203,7 +204,7 @@ def test_store_shares_state_and_sums_counters_between_workers(kind: str, tmp_pat
 def test_runtime_accounts_and_removals_survive_a_restart(tmp_path: Path) -> None:
     from proxy.config import Account
 
-    store = SQLiteStore(str(tmp_path / "state.db"))
+    store = SQLiteStore(open_state_file(tmp_path / "state.db"))
     pool = AccountPool(upstream())
     pool.add(Account("new", "sk-new-account-9999", weight=2))
     pool.remove("a2")
@@ -220,7 +221,7 @@ def test_runtime_accounts_and_removals_survive_a_restart(tmp_path: Path) -> None
 def test_a_write_between_reads_is_not_lost(tmp_path: Path) -> None:
     """changes_since must not report a version newer than the rows it returned: a concurrent write
     that commits after the rows were read would otherwise be skipped for good."""
-    store = SQLiteStore(str(tmp_path / "state.db"))
+    store = SQLiteStore(open_state_file(tmp_path / "state.db"))
     pool = AccountPool(upstream())
     pool.cool("a0", 2_000_000_000, "exhausted")
     store.write(*pool.pending())
@@ -270,7 +271,7 @@ def test_proxies_are_chosen_healthy_first_in_order_and_back_off_per_failure() ->
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
 def test_proxy_states_are_shared_between_workers(kind: str, tmp_path: Path) -> None:
-    store = MemoryStore() if kind == "memory" else SQLiteStore(str(tmp_path / "state.db"))
+    store = MemoryStore() if kind == "memory" else SQLiteStore(open_state_file(tmp_path / "state.db"))
     clock = Clock()
     one, two = AccountPool(proxied_upstream(), clock=clock), AccountPool(proxied_upstream(), clock=clock)
     one.proxy_failed(P2, "refused the connection")

@@ -13,6 +13,7 @@ from proxy.pool.pool import AccountPool
 from proxy.pool.state import ACTIVE, COOLING, DISABLED
 from proxy.pool.store import MemoryStore, SQLiteStore
 from proxy.upstream.keeper import PoolKeeper
+from tests.state_files import open_state_file
 
 
 def upstream(accounts: dict[str, str], name: str = "u", **pool: Any) -> Any:
@@ -72,7 +73,7 @@ def test_a_changed_key_starts_afresh_other_changes_keep_the_state() -> None:
 
 
 def test_the_keeper_adopts_new_pools_from_the_store_and_writes_a_retired_pools_books(tmp_path: Path) -> None:
-    store = SQLiteStore(str(tmp_path / "state.db"))
+    store = SQLiteStore(open_state_file(tmp_path / "state.db"))
     earlier = AccountPool(upstream(FILE, name="later"))
     earlier.disable("f1", "admin: off")
     store.write(*earlier.pending())

@@ -1,0 +1,242 @@
+"""The layout of the `state_path` SQLite file, and the one way it is created and brought up to date.
+
+Owns every table of the state file — the pool's account and proxy states (proxy/pool/store.py),
+usage (proxy/ops/usage_store.py), client key limits (proxy/limits/store.py), conversation
+affinity (proxy/pool/affinity.py) — as numbered migrations, and `schema_migrations`, which records
+the ones applied. `migrate` runs in one process before any worker exists (gunicorn's master, at
+start: proxy.serving.master; `llm-proxy state migrate`): it creates the file (owner-only: runtime
+accounts keep their keys in it), switches it to WAL, and applies in one transaction the migrations
+the file lacks. Workers never run DDL or `PRAGMA journal_mode`; they only open the file
+(proxy/state/sqlite.py), which checks it is at `CURRENT_VERSION` first — so workers starting at
+the same moment have nothing to race over.
+
+A migration's SQL is frozen text: once released, it is never edited — a change to a table is a new
+migration appended to `MIGRATIONS` (an `ALTER TABLE`, a new table), so a file written by any
+earlier version is brought forward step by step. Migration 1 is the layout every store created for
+itself before this module existed (`IF NOT EXISTS` throughout), so such a file migrates in place.
+tests/unit/test_state_schema.py holds the stores to these columns.
+
+Waiting: another process may hold the file's write lock when the proxy starts — a backup, a
+`state export`, a second instance starting on the same file. SQLite then answers "database is
+locked", sometimes at once (switching to WAL, or upgrading a read to a write, does not wait in its
+busy handler), so `migrate` retries every `RETRY_EVERY` seconds, telling `on_wait` at once and then
+every `SAY_EVERY` seconds, until `wait` seconds have passed. Pure stdlib: the master imports it.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+# (version, what it does, SQL). Append only; never edit a released one.
+MIGRATIONS: tuple[tuple[int, str, str], ...] = (
+    (1, "account and proxy states, usage, key limits, conversation affinity", """
+CREATE TABLE IF NOT EXISTS accounts (
+    upstream TEXT NOT NULL, id TEXT NOT NULL,
+    status TEXT NOT NULL DEFAULT 'active', until REAL, reason TEXT, since REAL, balance REAL,
+    requests INTEGER NOT NULL DEFAULT 0, failures TEXT NOT NULL DEFAULT '{}',
+    tokens_in INTEGER NOT NULL DEFAULT 0, tokens_out INTEGER NOT NULL DEFAULT 0, last_used REAL NOT NULL DEFAULT 0,
+    runtime TEXT, removed INTEGER NOT NULL DEFAULT 0, version INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (upstream, id));
+CREATE TABLE IF NOT EXISTS proxies (
+    upstream TEXT NOT NULL, id TEXT NOT NULL, status TEXT NOT NULL DEFAULT 'ok', until REAL, reason TEXT, since REAL,
+    failures INTEGER NOT NULL DEFAULT 0, version INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (upstream, id));
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value);
+CREATE TABLE IF NOT EXISTS usage_minutes (
+    minute INTEGER NOT NULL,
+    client_key TEXT NOT NULL, client_protocol TEXT NOT NULL, model TEXT NOT NULL, upstream_model TEXT NOT NULL,
+    upstream TEXT NOT NULL, account TEXT NOT NULL, stream INTEGER NOT NULL, outcome TEXT NOT NULL,
+    status INTEGER NOT NULL,
+    requests INTEGER NOT NULL DEFAULT 0, errors INTEGER NOT NULL DEFAULT 0, input_tokens INTEGER NOT NULL DEFAULT 0,
+    output_tokens INTEGER NOT NULL DEFAULT 0, cached_tokens INTEGER NOT NULL DEFAULT 0,
+    cache_write_tokens INTEGER NOT NULL DEFAULT 0, reasoning_tokens INTEGER NOT NULL DEFAULT 0,
+    first_byte_ms_sum INTEGER NOT NULL DEFAULT 0, first_byte_count INTEGER NOT NULL DEFAULT 0,
+    duration_ms_sum INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (minute, client_key, client_protocol, model, upstream_model, upstream, account, stream, outcome,
+                 status)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS recent_requests (
+    id INTEGER PRIMARY KEY,
+    request_id, time, client_key, client_protocol, model, upstream_model, upstream, account, stream, status, outcome,
+    attempts, first_byte_ms, duration_ms, input_tokens, output_tokens);
+CREATE TABLE IF NOT EXISTS key_limit_usage (
+    key TEXT NOT NULL, name TEXT NOT NULL, used REAL NOT NULL, stamp REAL NOT NULL, PRIMARY KEY (key, name));
+CREATE TABLE IF NOT EXISTS key_limit_leases (
+    key TEXT NOT NULL, lease TEXT NOT NULL, expires REAL NOT NULL, PRIMARY KEY (key, lease));
+CREATE TABLE IF NOT EXISTS conversation_affinity (
+    upstream TEXT NOT NULL, conversation TEXT NOT NULL, account TEXT NOT NULL, expires REAL NOT NULL,
+    PRIMARY KEY (upstream, conversation));
+"""),
+)
+CURRENT_VERSION = MIGRATIONS[-1][0]
+
+_VERSION_TABLE = """
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_at REAL NOT NULL)"""
+
+RETRY_EVERY = 0.05  # seconds between two attempts while another process holds the file
+SAY_EVERY = 5.0  # seconds between two "still waiting" calls of on_wait
+DEFAULT_WAIT = 600.0  # seconds migrate waits for another process's lock before giving up
+
+
+class StateFileError(Exception):
+    """The state file cannot be used as it is: the message says why and what to do. `fatal`: no
+    retry can help (an operator must act), so a start stops on it."""
+
+    def __init__(self, message: str, fatal: bool = True) -> None:
+        super().__init__(message)
+        self.fatal = fatal
+
+
+@dataclass(frozen=True)
+class Report:
+    """What `check` found."""
+
+    path: str
+    exists: bool
+    version: int  # 0: no schema_migrations table (a new file, or one from before versions)
+    journal_mode: str
+    integrity: str  # "ok", or SQLite's first complaint
+    size_bytes: int
+
+    @property
+    def current(self) -> bool:
+        return self.version == CURRENT_VERSION
+
+    @property
+    def problems(self) -> list[str]:
+        found = []
+        if not self.exists:
+            found.append("the file does not exist (the proxy creates it at start; `llm-proxy state migrate` now)")
+        elif self.version < CURRENT_VERSION:
+            found.append(f"schema version {self.version}, this llm-proxy uses {CURRENT_VERSION}: "
+                         "run `llm-proxy state migrate` (or start the proxy, which migrates it)")
+        elif self.version > CURRENT_VERSION:
+            found.append(f"schema version {self.version} is newer than this llm-proxy knows ({CURRENT_VERSION}): "
+                         "a newer llm-proxy wrote it; upgrade, or point state_path at another file")
+        if self.exists and self.journal_mode != "wal":
+            found.append(f"journal mode {self.journal_mode!r}, not 'wal' (`llm-proxy state migrate` sets it)")
+        if self.integrity != "ok":
+            found.append(f"integrity check: {self.integrity}")
+        return found
+
+
+def is_locked(exc: BaseException) -> bool:
+    """SQLite's answer while another connection holds a lock it needs."""
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
+
+
+def applied_version(db: sqlite3.Connection) -> int:
+    """The newest migration recorded in the file; 0 for a file without the table."""
+    found = db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='schema_migrations'").fetchone()
+    if found is None:
+        return 0
+    row = db.execute("SELECT MAX(version) FROM schema_migrations").fetchone()
+    return int(row[0] or 0)
+
+
+def migrate(path: str, wait: float = DEFAULT_WAIT, on_wait: Callable[[float], None] | None = None,
+            clock: Callable[[], float] = time.monotonic) -> tuple[int, int]:
+    """Create the file if missing, switch it to WAL and apply the migrations it lacks. Returns the
+    version found and the version now. Raises StateFileError for a file that cannot be used
+    (another program's file, a directory that does not exist, a newer schema) or a lock still held
+    after `wait` seconds."""
+    started = clock()
+    said: float | None = None
+    while True:
+        try:
+            return _migrate_once(path)
+        except sqlite3.OperationalError as exc:
+            if not is_locked(exc):
+                raise StateFileError(_explain(path, exc)) from None
+            now = clock()
+            if now - started >= wait:
+                raise StateFileError(f"{path}: another process has held the file's lock for {now - started:.0f}s "
+                                     "(a backup, a `state export`, another proxy on the same file?); stop it or "
+                                     "point state_path at another file") from None
+            if on_wait is not None and (said is None or now - said >= SAY_EVERY):
+                said = now
+                on_wait(now - started)
+            time.sleep(RETRY_EVERY)
+        except sqlite3.DatabaseError as exc:  # not a database at all, or a damaged one
+            raise StateFileError(_explain(path, exc)) from None
+
+
+def _migrate_once(path: str) -> tuple[int, int]:
+    if not os.path.exists(path):
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+        except OSError as exc:
+            raise StateFileError(f"{path}: cannot create the state file ({exc.strerror}): does its directory "
+                                 "exist, and may this user write there?") from None
+    # A short busy timeout: the caller's loop does the waiting, and can say that it waits.
+    db = sqlite3.connect(path, timeout=0.2, isolation_level=None)
+    try:
+        mode = db.execute("PRAGMA journal_mode").fetchone()[0]
+        found = applied_version(db)
+        if mode == "wal" and found == CURRENT_VERSION:  # the usual start: nothing to write
+            return found, found
+        if mode != "wal":
+            mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if mode != "wal":  # SQLite answers the mode it is in when it could not switch
+                raise sqlite3.OperationalError("database is locked (could not switch to WAL)")
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.execute(_VERSION_TABLE)
+            found = applied_version(db)
+            if found > CURRENT_VERSION:
+                raise StateFileError(f"{path}: schema version {found} is newer than this llm-proxy knows "
+                                     f"({CURRENT_VERSION}): a newer llm-proxy wrote it; upgrade, or point "
+                                     "state_path at another file")
+            for version, description, sql in MIGRATIONS:
+                if version > found:
+                    for statement in _statements(sql):
+                        db.execute(statement)
+                    db.execute("INSERT INTO schema_migrations (version, description, applied_at) VALUES (?, ?, ?)",
+                               (version, description, time.time()))
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+        return found, CURRENT_VERSION
+    finally:
+        db.close()
+
+
+def _statements(sql: str) -> list[str]:
+    """A migration's statements, one by one: executescript would commit the transaction first."""
+    return [s.strip() for s in sql.split(";") if s.strip()]
+
+
+def check(path: str) -> Report:
+    """What the file is: its schema version, journal mode, integrity, size. Reads only."""
+    if not os.path.exists(path):
+        return Report(path, False, 0, "", "ok", 0)
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30, isolation_level=None)
+        try:
+            version = applied_version(db)
+            mode = db.execute("PRAGMA journal_mode").fetchone()[0]
+            rows = db.execute("PRAGMA quick_check").fetchall()
+        finally:
+            db.close()
+    except sqlite3.DatabaseError as exc:
+        raise StateFileError(_explain(path, exc)) from None
+    integrity = "ok" if rows == [("ok",)] else "; ".join(str(r[0]) for r in rows[:3])
+    return Report(path, True, version, mode, integrity, os.path.getsize(path))
+
+
+def _explain(path: str, exc: BaseException) -> str:
+    text = str(exc)
+    if "unable to open" in text:
+        return f"{path}: cannot open the state file ({text}): does its directory exist, and may this user write there?"
+    if "not a database" in text or "malformed" in text:
+        return (f"{path}: not a usable SQLite database ({text}): point state_path at another file, or restore this "
+                "one from a backup")
+    if "readonly" in text or "read-only" in text:
+        return f"{path}: the state file is read-only ({text}): the proxy writes to it; fix its permissions or mount"
+    if "disk is full" in text or "disk I/O" in text:
+        return f"{path}: the state file cannot be written ({text}): free space on its filesystem"
+    return f"{path}: {text}"

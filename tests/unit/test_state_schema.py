@@ -1,0 +1,185 @@
+"""The state file's schema and how it is opened (proxy/state/schema.py, proxy/state/sqlite.py):
+created and migrated once, before workers; a file from before versions migrated in place with
+its data; a newer file refused; a lock held by another process waited out and said; workers only
+open a file that is current; the stores' columns are the migrations' columns; a write the disk
+refuses is named for what it is."""
+
+from __future__ import annotations
+
+import errno
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from proxy.ops.usage_store import COUNTERS, DIMENSIONS, TIMINGS, RecentEntry
+from proxy.state import schema
+from proxy.state.schema import CURRENT_VERSION, StateFileError
+from proxy.state.sqlite import StateFile, unwritable
+
+# The tables every store created for itself before the state file had versions (the first
+# release's layout, which migration 1 must take in place).
+BEFORE_VERSIONS = """
+CREATE TABLE accounts (upstream TEXT NOT NULL, id TEXT NOT NULL, status TEXT NOT NULL DEFAULT 'active', until REAL,
+    reason TEXT, since REAL, balance REAL, requests INTEGER NOT NULL DEFAULT 0, failures TEXT NOT NULL DEFAULT '{}',
+    tokens_in INTEGER NOT NULL DEFAULT 0, tokens_out INTEGER NOT NULL DEFAULT 0, last_used REAL NOT NULL DEFAULT 0,
+    runtime TEXT, removed INTEGER NOT NULL DEFAULT 0, version INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (upstream, id));
+CREATE TABLE key_limit_usage (key TEXT NOT NULL, name TEXT NOT NULL, used REAL NOT NULL, stamp REAL NOT NULL,
+    PRIMARY KEY (key, name));
+INSERT INTO accounts (upstream, id, status, requests) VALUES ('main', 'a1', 'disabled', 41);
+INSERT INTO key_limit_usage VALUES ('alice', 'tokens_per_day', 1200, 20000);
+"""
+
+
+def columns(db: sqlite3.Connection, table: str) -> list[str]:
+    return [row[1] for row in db.execute(f"PRAGMA table_info({table})")]
+
+
+def test_a_new_file_is_created_owner_only_in_wal_mode_at_the_current_version(tmp_path: Path) -> None:
+    path = str(tmp_path / "state.db")
+    assert schema.migrate(path) == (0, CURRENT_VERSION)
+    assert oct(os.stat(path).st_mode & 0o777) == "0o600"  # runtime accounts keep their keys in it
+    report = schema.check(path)
+    assert (report.version, report.journal_mode, report.integrity, report.problems) == (
+        CURRENT_VERSION, "wal", "ok", [])
+    assert schema.migrate(path) == (CURRENT_VERSION, CURRENT_VERSION)  # again: nothing to do
+
+
+def test_a_file_from_before_versions_is_migrated_in_place_with_its_data(tmp_path: Path) -> None:
+    path = str(tmp_path / "state.db")
+    with sqlite3.connect(path) as db:
+        db.executescript(BEFORE_VERSIONS)
+    assert schema.check(path).problems  # version 0, not WAL: it says what to run
+    assert schema.migrate(path) == (0, CURRENT_VERSION)
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT status, requests FROM accounts").fetchall() == [("disabled", 41)]
+        assert db.execute("SELECT used FROM key_limit_usage").fetchall() == [(1200.0,)]
+        assert db.execute("SELECT version FROM schema_migrations").fetchall() == [(CURRENT_VERSION,)]
+
+
+def test_a_file_written_by_a_newer_version_is_refused_saying_so(tmp_path: Path) -> None:
+    path = str(tmp_path / "state.db")
+    schema.migrate(path)
+    with sqlite3.connect(path) as db:
+        db.execute("INSERT INTO schema_migrations VALUES (?, 'from the future', 0)", (CURRENT_VERSION + 1,))
+    with pytest.raises(StateFileError, match="newer than this llm-proxy knows"):
+        schema.migrate(path)
+    with pytest.raises(StateFileError, match="a newer llm-proxy wrote it"):
+        StateFile.open(path)
+
+
+def test_a_worker_opens_only_a_migrated_file_and_runs_no_ddl(tmp_path: Path) -> None:
+    path = str(tmp_path / "state.db")
+    Path(path).touch()
+    with pytest.raises(StateFileError, match="llm-proxy state migrate"):
+        StateFile.open(path)
+    with sqlite3.connect(path) as db:  # it created nothing
+        assert db.execute("SELECT name FROM sqlite_master").fetchall() == []
+    schema.migrate(path)
+    opened = StateFile.open(path)
+    try:
+        with opened.write_transaction() as db:
+            db.execute("INSERT INTO meta (key, value) VALUES ('x', 1)")
+        assert opened.health.up
+    finally:
+        opened.close()
+
+
+def test_not_a_database_and_a_missing_directory_are_clear_errors(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"this is not sqlite, it is a text file of forty-odd bytes" * 10)
+    with pytest.raises(StateFileError, match="not a usable SQLite database"):
+        schema.migrate(str(junk))
+    with pytest.raises(StateFileError, match="does its directory exist"):
+        schema.migrate(str(tmp_path / "no-such-dir" / "state.db"))
+
+
+HOLD_LOCK = textwrap.dedent("""
+    import sqlite3, sys
+    db = sqlite3.connect(sys.argv[1], isolation_level=None)
+    db.execute("BEGIN EXCLUSIVE")  # as a backup or a second instance starting would
+    print("locked", flush=True)
+    sys.stdin.readline()  # until the test says
+    db.execute("COMMIT")
+""")
+
+
+def test_a_lock_held_by_another_process_is_waited_out_and_said(tmp_path: Path) -> None:
+    path = str(tmp_path / "state.db")
+    Path(path).touch()  # the empty file, as a new install has it
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, path], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdin is not None
+        assert holder.stdout.readline().strip() == "locked"
+        said: list[float] = []
+
+        def waiting(waited: float) -> None:
+            said.append(waited)
+            holder.stdin.write("release\n")  # the holder lets go once the wait has been said
+            holder.stdin.flush()
+
+        assert schema.migrate(path, on_wait=waiting) == (0, CURRENT_VERSION)
+        assert said  # it waited, and said so
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_lock_held_past_the_wait_is_an_error_naming_the_cause(tmp_path: Path) -> None:
+    path = str(tmp_path / "state.db")
+    Path(path).touch()
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, path], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(StateFileError, match="another process has held the file's lock"):
+            schema.migrate(path, wait=0.3)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_the_stores_columns_are_the_migrations_columns(tmp_path: Path) -> None:
+    """The usage store builds its statements from its dimension and counter names; the migrations
+    are frozen text. They must agree, or a write fails at run time."""
+    path = str(tmp_path / "state.db")
+    schema.migrate(path)
+    with sqlite3.connect(path) as db:
+        assert columns(db, "usage_minutes") == ["minute", *DIMENSIONS, *COUNTERS, *TIMINGS]
+        assert columns(db, "recent_requests") == ["id", *(f.name for f in fields(RecentEntry))]
+
+
+@pytest.mark.parametrize("error, cause", [
+    (sqlite3.OperationalError("database or disk is full"), "disk is full"),
+    (sqlite3.OperationalError("attempt to write a readonly database"), "read-only"),
+    (OSError(errno.ENOSPC, "No space left on device"), "disk is full"),
+    (OSError(errno.EROFS, "Read-only file system"), "read-only"),
+])
+def test_a_write_the_disk_refuses_is_named_for_what_it_is(error: BaseException, cause: str) -> None:
+    assert cause in (unwritable(error) or "")
+
+
+def test_other_errors_are_not_taken_for_a_full_disk() -> None:
+    assert unwritable(sqlite3.OperationalError("no such table: x")) is None
+    assert unwritable(OSError(errno.ECONNREFUSED, "refused")) is None
+
+
+def test_a_full_disk_reported_by_sqlite_itself_is_recognised(tmp_path: Path) -> None:
+    """SQLITE_FULL as SQLite raises it (its error code, not only its words): a file capped at
+    its current size by max_page_count refuses the next page."""
+    path = str(tmp_path / "state.db")
+    schema.migrate(path)
+    db = sqlite3.connect(path, isolation_level=None)
+    pages = db.execute("PRAGMA page_count").fetchone()[0]
+    db.execute(f"PRAGMA max_page_count={pages}")
+    with pytest.raises(sqlite3.OperationalError) as raised:
+        db.execute("INSERT INTO meta (key, value) VALUES ('big', ?)", ("x" * 100_000,))
+    db.close()
+    assert unwritable(raised.value) == "the state file's disk is full"
