@@ -7,28 +7,31 @@ Owns the Redis layout of usage and what happens while Redis is away. Under the c
 dimensions>|<counter>` — added to with HINCRBY; `usage-minutes` a sorted set of the minutes that
 have figures, so a query reads only those of its window (one HGETALL each, in one pipeline) and a
 retention purge finds what to drop; `recent` a list of JSON entries, newest first, trimmed to
-`RECENT_CAP`. A batch is one Lua script: all of it or nothing, and no read-modify-write.
+`RECENT_CAP`; `usage-applied:<writer>` the sequence number of the last batch this store instance
+(a worker) wrote. A batch is one Lua script: all of it or nothing, and no read-modify-write.
 
-Redis unreachable (or not answering in time): a batch is kept in memory — rows merged by minute and
-dimensions, so the buffer grows with the variety of traffic, not its volume, up to
-`MAX_BUFFERED_ROWS` distinct rows; beyond that rows are dropped, counted (`overflow`) and logged —
-and written with the next batch, or by `retry` (the pool keeper's tick), once `StoreHealth` lets a
-call through again. A query while Redis is away answers 503 saying so. Imports neither Flask nor
-gevent: calls are cooperative under gevent (`cooperative`), run on the caller's greenlet.
+Redis unreachable, or failing over to a replica (state.sentinel): the batch goes back to the
+worker's `UsageBuffer` (proxy/ops/usage_buffer.py: merged, bounded, overflow counted and logged)
+and is written with the next batch, or by the writer's retry on the keeper's tick, once
+`StoreHealth` lets a call through again. A batch whose answer was lost may have been applied: it is
+sent again with the same sequence number, which the script skips if it has seen it — so a
+connection cut mid-write neither loses nor doubles a request's usage. A query while Redis is away
+answers 503 saying so. Imports neither Flask nor gevent: calls are cooperative under gevent
+(`cooperative`), run on the caller's greenlet (the usage writer's: one batch at a time).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import threading
-from collections import deque
+import uuid
 from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
 from proxy.config.state import StateConfig
 from proxy.errors import ProxyError
+from proxy.ops.usage_buffer import Batch, UsageBuffer
 from proxy.ops.usage_store import (
     COUNTERS,
     DIMENSIONS,
@@ -46,11 +49,14 @@ from proxy.state.redis_connection import connect, key, unreachable_errors
 
 log = logging.getLogger("proxy.usage")
 
-MAX_BUFFERED_ROWS = 50_000  # distinct (minute, dimensions) rows kept while Redis is away
+APPLIED_TTL = 7 * 86400  # seconds a writer's last sequence number is kept after its last batch
 # One script per batch: atomic like a transaction, and one command to send and one reply to read
 # (a MULTI of a dozen HINCRBYs a row costs the worker several times the CPU).
 _ADD = """
 local p, minutes = ARGV[1], ARGV[1] .. 'usage-minutes'
+local applied = p .. 'usage-applied:' .. ARGV[4]
+if tonumber(redis.call('GET', applied) or '0') >= tonumber(ARGV[5]) then return -1 end
+redis.call('SET', applied, ARGV[5], 'EX', ARGV[6])
 local batch = cjson.decode(ARGV[2])
 for _, row in ipairs(batch.rows) do
   local k = p .. 'usage:' .. row[1]
@@ -80,11 +86,12 @@ class RedisUsageStore:
         self.client = client if client is not None else connect(state)
         self._errors = unreachable_errors()
         self._add = self.client.register_script(_ADD)
-        self._lock = threading.Lock()
-        self._rows: dict[tuple[Any, ...], UsageRow] = {}  # buffered while Redis is away
-        self._recent: deque[RecentEntry] = deque(maxlen=RECENT_CAP)
-        self._purge_before: int | None = None
-        self.overflow = 0  # rows dropped because the buffer was full
+        self.buffer = UsageBuffer()
+        self.writer = uuid.uuid4().hex  # this store instance's batches are numbered under this name
+
+    @property
+    def overflow(self) -> int:
+        return self.buffer.overflow
 
     def try_add(self, usage: Sequence[UsageRow], recent: Sequence[RecentEntry]) -> bool:
         """Never at once: a round trip yields to other greenlets, so the writer's group commit
@@ -92,56 +99,31 @@ class RedisUsageStore:
         return False
 
     def add(self, usage: Sequence[UsageRow], recent: Sequence[RecentEntry], purge_before: int | None = None) -> None:
-        with self._lock:
-            self._buffer(usage, recent, purge_before)
-            if not (self._rows or self._recent or self._purge_before is not None) or not self.health.may_try():
+        self.buffer.put(usage, recent, purge_before)
+        while self.buffer.pending() and self.health.may_try():
+            batch = self.buffer.take()
+            assert batch is not None
+            try:
+                self._write(batch)
+            except self._errors as exc:
+                # Sent, perhaps applied, answer lost: the same number again next time.
+                self.buffer.put_back(batch, in_doubt=True)
+                self.health.failed(exc)
                 return
-            rows, entries, purge = list(self._rows.values()), list(self._recent), self._purge_before
-            self._rows, self._recent, self._purge_before = {}, deque(maxlen=RECENT_CAP), None
-        try:
-            self._write(rows, entries, purge)
-        except self._errors as exc:
-            self.health.failed(exc)
-            with self._lock:
-                self._buffer(rows, entries, purge)
-            return
-        self.health.ok()
-
-    def retry(self) -> None:
-        """Write what was buffered while Redis was away, if it answers now (called every second)."""
-        if self._rows or self._recent:
-            self.add([], [])
+            self.health.ok()
 
     def buffered(self) -> int:
-        return len(self._rows) + len(self._recent)
+        return len(self.buffer)
 
-    def _buffer(self, usage: Sequence[UsageRow], recent: Sequence[RecentEntry], purge: int | None) -> None:
-        dropped = 0
-        for row in usage:
-            kept = self._rows.get(row.key())
-            if kept is not None:
-                kept.add(row)
-            elif len(self._rows) < MAX_BUFFERED_ROWS:
-                self._rows[row.key()] = UsageRow(*row.values())
-            else:
-                dropped += row.requests
-        self._recent.extend(recent)
-        if purge is not None:
-            self._purge_before = max(purge, self._purge_before or purge)
-        if dropped:
-            self.overflow += dropped
-            log.error("usage: the buffer kept while the state store is away is full (%d rows); %d requests' usage "
-                      "dropped (%d so far)", MAX_BUFFERED_ROWS, dropped, self.overflow)
-
-    def _write(self, rows: list[UsageRow], entries: list[RecentEntry], purge: int | None) -> None:
-        batch: dict[str, Any] = {"rows": [], "recent": [json.dumps(asdict(e)) for e in entries]}
-        if purge is not None:
-            batch["purge"] = str(purge)
-        for row in merged(rows):
+    def _write(self, batch: Batch) -> None:
+        payload: dict[str, Any] = {"rows": [], "recent": [json.dumps(asdict(e)) for e in batch.recent]}
+        if batch.purge_before is not None:
+            payload["purge"] = str(batch.purge_before)
+        for row in merged(batch.rows):
             dims = json.dumps([getattr(row, d) for d in DIMENSIONS], separators=(",", ":"))
-            batch["rows"].append([str(row.minute), {f"{dims}|{name}": str(getattr(row, name))
-                                                    for name in (*COUNTERS, *TIMINGS) if getattr(row, name)}])
-        self._add(args=[self.state.prefix, json.dumps(batch), RECENT_CAP])
+            payload["rows"].append([str(row.minute), {f"{dims}|{name}": str(getattr(row, name))
+                                                      for name in (*COUNTERS, *TIMINGS) if getattr(row, name)}])
+        self._add(args=[self.state.prefix, json.dumps(payload), RECENT_CAP, self.writer, batch.seq, APPLIED_TTL])
 
     def query(self, query: UsageQuery) -> UsageAnswer:
         minutes_key = key(self.state, "usage-minutes")

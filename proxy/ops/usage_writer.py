@@ -11,9 +11,11 @@ thread and back costs several times that. Otherwise, group commit: one writer gr
 commits everything waiting in one transaction on a real thread, so concurrent requests share a
 commit; every `THREAD_EVERY`-th commit and every purge go that way too, so the file's checkpoints
 (which sync it to disk) happen on the thread. An entry added without waiting (the recent list)
-rides along with the next commit. A commit that fails is logged with what it lost; a commit slower
-than `WAIT_LIMIT` lets the request go on (its rows stay queued and are written when the store answers). What is queued
-when the worker exits is written by `flush_all`, from gunicorn's worker_exit hook.
+rides along with the next commit. A store that cannot write (Redis away, the state file's disk full)
+keeps the batch in its buffer (proxy/ops/usage_buffer.py) and the request goes on; `retry`, on the
+pool keeper's tick, has the writer try again. A commit slower than `WAIT_LIMIT` lets the request go
+on (its rows stay queued and are written when the store answers). What is queued when the worker
+exits is written by `flush_all`, from gunicorn's worker_exit hook.
 """
 
 from __future__ import annotations
@@ -103,10 +105,18 @@ class UsageWriter:
             self._greenlet = gevent.spawn(self._run)
         self._wake.set()
 
+    def retry(self) -> None:
+        """On the pool keeper's tick: have the writer greenlet write what the store keeps while it
+        could not write (Redis away, the state file's disk full), if it keeps anything."""
+        buffer = getattr(self.store, "buffer", None)
+        if buffer is not None and buffer.pending():
+            self._start()
+
     def _run(self) -> None:
         while True:
             self._wake.wait()
             self._wake.clear()
+            self._commit()  # what is queued, and what the store kept from before
             while self._usage or self._recent:
                 self._commit()
 
@@ -124,9 +134,9 @@ class UsageWriter:
                 blocking(self.store.add, usage, recent, purge)
             else:
                 self.store.add(usage, recent, purge)
-        except Exception:
-            log.exception("usage: could not write %d usage rows and %d recent requests to the state store; "
-                          "they are lost", len(usage), len(recent))
+        except Exception:  # a store that keeps what it could not write says so; this is anything else
+            log.exception("usage: writing %d usage rows and %d recent requests to the state store failed",
+                          len(usage), len(recent))
             if purge is not None:
                 self._next_purge = 0.0
         finally:

@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from proxy.config.state import StateConfig
-from proxy.pool.store import STATE_FIELDS, AccountRecord, CounterDelta, ProxyRecord
+from proxy.pool.store import STATE_FIELDS, AccountRecord, CounterDelta, PendingWrites, ProxyRecord
 from proxy.state.health import StoreHealth
 from proxy.state.redis_connection import connect, key, unreachable_errors
 
@@ -95,9 +95,7 @@ class RedisStore:
         self._read = self.client.register_script(_READ)
         self._lead = self.client.register_script(_LEAD)
         self._lock = threading.Lock()
-        self._states: dict[tuple[str, str], AccountRecord] = {}  # buffered while Redis is away
-        self._deltas: dict[tuple[str, str], CounterDelta] = {}
-        self._proxies: dict[tuple[str, str], ProxyRecord] = {}
+        self._pending = PendingWrites()  # buffered while Redis is away
         self._next_resync = 0.0
         self._epoch: Any = None  # the token the Redis we write to was seeded with
         self._reseed = False
@@ -117,40 +115,23 @@ class RedisStore:
     def write(self, states: list[AccountRecord], deltas: list[CounterDelta],
               proxies: Sequence[ProxyRecord] = ()) -> None:
         with self._lock:
-            for record in states:
-                self._states[(record.upstream, record.id)] = record
-            for delta in deltas:
-                kept = self._deltas.get((delta.upstream, delta.id))
-                if kept is None:
-                    self._deltas[(delta.upstream, delta.id)] = delta
-                else:
-                    _add(kept, delta)
-            for proxy in proxies:
-                self._proxies[(proxy.upstream, proxy.id)] = proxy
-            if not (self._states or self._deltas or self._proxies) or not self.health.may_try():
+            self._pending.add(states, deltas, proxies)
+            if not self._pending or not self.health.may_try():
                 return
-            batch = (self._states, self._deltas, self._proxies)
-            self._states, self._deltas, self._proxies = {}, {}, {}
+            batch = self._pending.take()
         payload = {
-            "acct": [[_member(r.upstream, r.id), _state_json(r)] for r in batch[0].values()],
+            "acct": [[_member(r.upstream, r.id), _state_json(r)] for r in batch.states.values()],
             "proxy": [[_member(r.upstream, r.id), json.dumps({f: getattr(r, f) for f in _PROXY_FIELDS})]
-                      for r in batch[2].values()],
+                      for r in batch.proxies.values()],
             "deltas": [[_member(d.upstream, d.id), d.requests, d.tokens_in, d.tokens_out, repr(d.last_used),
-                        d.failures or {}] for d in batch[1].values()],
+                        d.failures or {}] for d in batch.deltas.values()],
         }
         try:
             self._write(args=[self.state.prefix, json.dumps(payload)])
         except self._errors as exc:
             self.health.failed(exc)
             with self._lock:  # back in the buffer, under anything newer that came meanwhile
-                self._states = {**batch[0], **self._states}
-                self._proxies = {**batch[2], **self._proxies}
-                for k, delta in self._deltas.items():
-                    if k in batch[1]:
-                        _add(batch[1][k], delta)
-                    else:
-                        batch[1][k] = delta
-                self._deltas = batch[1]
+                self._pending.put_back(batch)
             return
         self.health.ok()
 
@@ -279,13 +260,3 @@ def _record(member: str, fields: dict[str, str]) -> AccountRecord:
     record.last_used = float(fields.get("last_used", 0.0))
     record.failures = {name[2:]: int(value) for name, value in fields.items() if name.startswith("f:")}
     return record
-
-
-def _add(kept: CounterDelta, delta: CounterDelta) -> None:
-    kept.requests += delta.requests
-    kept.tokens_in += delta.tokens_in
-    kept.tokens_out += delta.tokens_out
-    kept.last_used = max(kept.last_used, delta.last_used)
-    kept.failures = dict(kept.failures)
-    for klass, count in delta.failures.items():
-        kept.failures[klass] = kept.failures.get(klass, 0) + count

@@ -1,13 +1,14 @@
-"""Whether this worker's shared state store answers: one `StoreHealth` per worker, shared by every
-Redis-backed store of the worker (the pool's states, usage, the Responses store).
+"""Whether this worker's state store can be used now: one `StoreHealth` per worker, shared by every
+store of the worker that writes to it — the Redis-backed stores (the pool's states, usage, the
+Responses store) with `state.backend: redis`, or the stores with tables in the `state_path` file.
 
-Owns the up / degraded signal and the reconnect backoff. A store that fails to reach Redis calls
-`failed`; from then on callers ask `may_try` before going to Redis again, so a dead Redis costs one
-refused connection per backoff period (0.5 s doubling up to 5 s), not one per request; the first
-call that gets through calls `ok`. Readers: `/readyz` ("state": "degraded"), the
-`llm_proxy_state_store_up` gauge, and anything that must fall back to per-host behaviour while the
-shared store is away (`AppState.store_health.up`). With the SQLite backend the store is a local
-file and this stays up. Pure: no IO, no gevent.
+Owns the up / degraded signal, its public reason, and the retry backoff. A store that fails to
+reach Redis, or cannot write the state file (disk full, read-only: proxy/state/sqlite.py), calls
+`failed`; from then on callers ask `may_try` before trying again, so a dead Redis or a full disk
+costs one failed attempt per backoff period (0.5 s doubling up to 5 s), not one per request; the
+first call that gets through calls `ok`. Readers: `/readyz` ("state": "degraded" and the reason),
+the `llm_proxy_state_store_up` gauge, and anything that must fall back to per-host behaviour while
+the shared store is away (`AppState.store_health.up`). Pure: no IO, no gevent.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class StoreHealth:
         self.up = True
         self.down_since: float | None = None  # wall-clock time it went down
         self.last_error: str | None = None
+        self.reason: str | None = None  # why it is down, in words fit for an unauthenticated /readyz
         self._backoff = FIRST_BACKOFF
         self._next_try = 0.0
         self._listeners: list[Callable[[], None]] = []
@@ -50,18 +52,21 @@ class StoreHealth:
             self._next_try = now + self._backoff  # one caller tries; the others wait for its verdict
             return True
 
-    def failed(self, error: BaseException | str) -> None:
+    def failed(self, error: BaseException | str, reason: str | None = None) -> None:
+        """`error` for the log; `reason` for /readyz (the state file's problem is said as it is; a
+        Redis error names its address, so by default only that Redis does not answer is)."""
         with self._lock:
             was_up, self.up = self.up, False
             self.last_error = str(error)[:200]
+            self.reason = reason or (str(error) if self.backend == "sqlite" else "the shared Redis does not answer")
             if was_up:
                 self.down_since, self._backoff = time.time(), FIRST_BACKOFF
             else:
                 self._backoff = min(self._backoff * 2, MAX_BACKOFF)
             self._next_try = self._clock() + self._backoff
         if was_up:
-            log.warning("state store (%s) unreachable: %s; serving from each worker's last known state, usage and "
-                        "counters buffered in memory until it returns", self.backend, self.last_error)
+            log.warning("state store (%s) unavailable: %s; serving from each worker's last known state, usage and "
+                        "counters buffered in memory until it answers again", self.backend, self.last_error)
 
     def ok(self) -> None:
         if self.up:
@@ -70,9 +75,8 @@ class StoreHealth:
             if self.up:
                 return
             self.up, down_for = True, time.time() - (self.down_since or time.time())
-            self.down_since, self.last_error, self._backoff = None, None, FIRST_BACKOFF
-        log.warning("state store (%s) reachable again after %.1fs; flushing what was buffered", self.backend,
-                    down_for)
+            self.down_since, self.last_error, self.reason, self._backoff = None, None, None, FIRST_BACKOFF
+        log.warning("state store (%s) answers again after %.1fs; writing what was buffered", self.backend, down_for)
         for listener in self._listeners:
             listener()
 
@@ -80,4 +84,4 @@ class StoreHealth:
         """For /readyz, which needs no key: whether, and since when — not the error, which names
         the store's address (the log line has it)."""
         return {"state": "ok" if self.up else "degraded", "state_backend": self.backend,
-                **({"state_down_since": self.down_since} if not self.up else {})}
+                **({"state_down_since": self.down_since, "state_reason": self.reason} if not self.up else {})}

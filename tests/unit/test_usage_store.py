@@ -18,18 +18,19 @@ from proxy.errors import ProxyError
 from proxy.ir.response import Usage
 from proxy.ops.recent import entry_json, recent_entry
 from proxy.ops.records import RequestRecord
+from proxy.ops.sqlite_usage_store import SQLiteUsageStore
 from proxy.ops.usage import usage_row
 from proxy.ops.usage_query import answer_csv, answer_json, parse_query
 from proxy.ops.usage_store import (
     RECENT_CAP,
     MemoryUsageStore,
     RecentEntry,
-    SQLiteUsageStore,
     UsageQuery,
     UsageRow,
     UsageStore,
 )
 from proxy.ops.usage_writer import THREAD_EVERY, UsageWriter
+from tests.state_files import open_state_file
 
 T0 = 1_767_225_600  # 2026-01-01T00:00:00Z
 
@@ -39,7 +40,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[UsageStore
     if request.param == "memory":
         yield MemoryUsageStore()
         return
-    sqlite = SQLiteUsageStore(str(tmp_path / "state.db"))
+    sqlite = SQLiteUsageStore(open_state_file(tmp_path / "state.db"))
     yield sqlite
     sqlite.close()
 
@@ -265,7 +266,7 @@ def test_a_commit_is_made_at_once_when_the_store_can_and_on_the_thread_otherwise
 
 def test_sqlite_writes_at_once_only_while_no_other_process_writes(tmp_path: Path) -> None:
     path = str(tmp_path / "state.db")
-    store = SQLiteUsageStore(path)
+    store = SQLiteUsageStore(open_state_file(path))
     other = sqlite3.connect(path, isolation_level=None)  # as another worker would
     other.execute("BEGIN IMMEDIATE")
     assert store.try_add([row(T0)], [entry(0)]) is False
@@ -303,7 +304,7 @@ def test_a_failed_commit_is_logged_and_never_raises_into_the_request(caplog: pyt
 
     writer = UsageWriter(Broken(), retention_days=90)
     writer.add(usage=row(T0), wait=True)
-    assert "could not write 1 usage rows and 0 recent requests" in caplog.text
+    assert "writing 1 usage rows and 0 recent requests to the state store failed" in caplog.text
 
 
 def test_the_writer_purges_by_retention_once_in_a_while() -> None:
