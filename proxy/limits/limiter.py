@@ -8,38 +8,42 @@ as a hook, `request_done` when it ends — whole answer, error, or stream closed
 reservation with the tokens the upstream reported (input, cached included, plus output; the
 estimate stands for an answered request whose usage never came; nothing for one that failed) and
 ending its max_concurrent lease. Nothing here ever cuts a stream: limits apply when requests start.
-While requests run, their leases are renewed every LEASE_TTL / 3 seconds.
+While requests run, their leases are renewed every LEASE_TTL / 3 seconds, so those of a worker
+that died are free LEASE_TTL seconds after its last renewal.
 
-Which store: Redis with `state: {backend: redis}` (every host), else the `state_path` SQLite file
-(every worker of the host), else memory. When Redis fails, the host's own store takes over — limits
-then hold per host, not across hosts — with one warning per outage; Redis is tried again after
-RETRY_SHARED seconds (proxy/state/shared_first.py), and its return is logged. A reservation is
-settled where it was made.
+Which store: a chain (proxy/state/fallback.py) — Redis with `state: {backend: redis}` (every
+host), then the `state_path` SQLite file (every worker of the host), then the worker's memory. A
+store that fails is skipped for a few seconds, with one warning per outage: limits then hold per
+host, or per worker. What a request took on a store standing in for the first is owed to the first
+(`_owed`) and replayed onto it once it answers again (rules.still_owed: a minute bucket's part
+drained by the time since, a day's or month's only within its window), so the counters are whole
+after an outage or a Redis failover; a reservation made on the first whose settling failed owes
+the difference the same way. A reservation is settled where it was made.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import gevent
 
-from proxy.config import Config
 from proxy.config.keys import ClientKey
 from proxy.config.limits import KeyLimits
 from proxy.errors import ProxyError
 from proxy.ir.request import Request
 from proxy.ir.tokens import estimate_input_tokens
 from proxy.limits import rules
-from proxy.limits.store import LEASE_TTL, Decision, LimitStore, MemoryLimitStore, SQLiteLimitStore
+from proxy.limits.store import LEASE_TTL, Decision, LimitStore, MemoryLimitStore
 from proxy.ops.hooks import Hooks
 from proxy.ops.records import RequestRecord
-from proxy.state.shared_first import SharedFirst
+from proxy.state.fallback import Fallback, Reach
 from proxy.upstream.keeper import blocking, call_store
 
 log = logging.getLogger("proxy.limits")
@@ -58,28 +62,41 @@ class _Held:
     lease: str
     decision: Decision
     estimate: int
+    admitted_at: float  # wall clock
+
+
+@dataclass
+class _Owed:
+    """Charges the first store of the chain has not seen yet, for one key."""
+
+    limits: KeyLimits
+    charges: list[tuple[dict[str, float], float]]  # (limit name → amount, when it was taken)
 
 
 class Limiter(Hooks):
-    def __init__(self, local: LimitStore, shared: LimitStore | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.local = local
-        self.shared = shared
+    def __init__(self, chain: Sequence[Reach[LimitStore]], clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
-        self._stores = SharedFirst(local, shared, call_store, log=log, clock=clock,
-                                   meanwhile="client key limits are enforced per host")
+        self._stores = Fallback(chain, call_store, log=log, clock=clock)
         self._open: dict[int, _Held] = {}  # by id() of the request's record, alive while it is held here
         self._renewer: gevent.Greenlet | None = None
+        self._owed: dict[str, _Owed] = {}  # key name → what the first store is owed
+        self._in_doubt: list[tuple[str, KeyLimits, dict[str, float], str]] = []  # sent, answer lost: send again
+        self._replaying = False
 
     @classmethod
-    def open(cls, config: Config) -> Limiter:
-        local: LimitStore = SQLiteLimitStore(config.state_path) if config.state_path else MemoryLimitStore()
-        shared: LimitStore | None = None
-        if config.state.backend == "redis":
-            from proxy.limits.redis_store import RedisLimitStore  # imports redis: only when configured
+    def over(cls, local: LimitStore | None, shared: LimitStore | None = None) -> Limiter:
+        """The chain for a worker: `shared` (Redis), `local` (the state file), then memory."""
+        chain: list[Reach[LimitStore]] = []
+        if shared is not None:
+            chain.append(Reach(shared, "the Redis state store", "client key limits are enforced per host"))
+        if local is not None:
+            chain.append(Reach(local, "the state file", "client key limits are enforced per worker"))
+        chain.append(Reach(MemoryLimitStore(), "memory", ""))
+        return cls(chain)
 
-            shared = RedisLimitStore(config.state)
-        return cls(local, shared)
+    @property
+    def first(self) -> LimitStore:
+        return self._stores.first
 
     # ------------------------------------------------------------ the request's start
 
@@ -97,7 +114,7 @@ class Limiter(Hooks):
             refusal = decision.refusal
             raise ProxyError(429, rules.message(entry.name, refusal), "rate_limit", code="rate_limit_exceeded",
                              headers={"Retry-After": str(refusal.retry_after)})
-        self._open[id(record)] = _Held(record, store, entry.name, limits, lease, decision, tokens)
+        self._open[id(record)] = _Held(record, store, entry.name, limits, lease, decision, tokens, time.time())
         if limits.max_concurrent is not None:
             self._start_renewer()
 
@@ -119,8 +136,14 @@ class Limiter(Hooks):
             call_store(store, lambda: store.settle(held.key, held.limits, decision.reserved, tokens, held.lease,
                                                   decision.at))
         except Exception as exc:
-            log.warning("limits: could not charge %d tokens to the key %r (%s: %s); its reservation stands",
-                        tokens, held.key, type(exc).__name__, exc)
+            if store is self.first:  # its reservation stands there: owe it the difference
+                self._owe(held.key, held.limits, {name: tokens - amount for name, amount in decision.reserved.items()})
+            log.warning("limits: could not charge %d tokens to the key %r (%s: %s); owed to it until its store "
+                        "answers", tokens, held.key, type(exc).__name__, exc)
+            return
+        if store is not self.first:  # let in by a store standing in: the first is owed all of it
+            taken = {name: float(tokens) for name in rules.TOKEN_LIMITS}
+            self._owe(held.key, held.limits, {**taken, "requests_per_minute": 1.0}, held.admitted_at)
 
     # ------------------------------------------------------------ operators' view
 
@@ -133,7 +156,49 @@ class Limiter(Hooks):
     # ------------------------------------------------------------ which store
 
     def _call(self, op: Callable[[LimitStore], T]) -> tuple[LimitStore, T]:
-        return self._stores.call(op)
+        store, result = self._stores.call(op)
+        if store is self.first and (self._owed or self._in_doubt) and not self._replaying:
+            self._replaying = True  # one replay at a time; it runs beside the request that found the store back
+            gevent.spawn(self.replay)
+        return store, result
+
+    # ------------------------------------------------------------ what the first store is owed
+
+    def _owe(self, key: str, limits: KeyLimits, amounts: dict[str, float], at: float | None = None) -> None:
+        owed = self._owed.setdefault(key, _Owed(limits, []))
+        owed.limits = limits
+        owed.charges.append((amounts, time.time() if at is None else at))
+
+    def owed(self) -> int:
+        """Charges waiting for the first store (for tests and the log)."""
+        return sum(len(o.charges) for o in self._owed.values()) + len(self._in_doubt)
+
+    def replay(self) -> None:
+        """Send the first store what it is owed, one charge per key, each drained to now. A charge
+        whose answer is lost is sent again, under the same token, until the store answers."""
+        try:
+            now = time.time()
+            for key, owed in list(self._owed.items()):
+                amounts: dict[str, float] = {}
+                for charge, at in owed.charges:
+                    for name, amount in rules.still_owed(owed.limits, charge, at, now).items():
+                        amounts[name] = amounts.get(name, 0.0) + amount
+                del self._owed[key]
+                if amounts:
+                    self._in_doubt.append((key, owed.limits, amounts, uuid.uuid4().hex))
+            first = self.first
+            while self._in_doubt:
+                key, limits, amounts, token = self._in_doubt[0]
+                try:
+                    call_store(first, functools.partial(first.charge, key, limits, amounts, token))
+                except Exception as exc:
+                    log.warning("limits: could not replay what the key %r took meanwhile (%s: %s); trying again "
+                                "when the store answers", key, type(exc).__name__, exc)
+                    return
+                self._in_doubt.pop(0)
+                log.info("limits: replayed what the key %r took while its store was away", key)
+        finally:
+            self._replaying = False
 
     # ------------------------------------------------------------ leases of requests in flight
 

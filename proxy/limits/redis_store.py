@@ -108,6 +108,18 @@ redis.call('EXPIRE', KEYS[1], IDLE_EXPIRY)
 return 1
 """.replace("IDLE_EXPIRY", str(IDLE_EXPIRY))
 
+# What another store took while Redis was away (rules.charge): `extra` is the amount for each limit,
+# already drained to now by the caller (rules.still_owed); KEYS[3] marks the charge applied, so one
+# sent again after a lost answer is applied once.
+_CHARGE = _PRELUDE + """
+if redis.call('SET', KEYS[3], 1, 'NX', 'EX', 86400) == false then return 0 end
+for i, name in ipairs(names) do
+  if name ~= 'max_concurrent' and extra[i] ~= 0 then put(name, math.max(0, used_now(name, limits[i]) + extra[i])) end
+end
+redis.call('EXPIRE', KEYS[1], IDLE_EXPIRY)
+return 1
+""".replace("IDLE_EXPIRY", str(IDLE_EXPIRY))
+
 _RENEW = """
 local t = redis.call('TIME')
 local expires = tonumber(t[1]) + tonumber(t[2]) / 1000000 + tonumber(ARGV[1])
@@ -125,6 +137,7 @@ class RedisLimitStore:
         self._admit = self.client.register_script(_ADMIT)
         self._settle = self.client.register_script(_SETTLE)
         self._renew = self.client.register_script(_RENEW)
+        self._charge = self.client.register_script(_CHARGE)
 
     def _keys(self, name: str) -> list[str]:
         base = key(self.state, "limits", name)
@@ -154,6 +167,11 @@ class RedisLimitStore:
         held = {name: amount for name, amount in reserved.items()
                 if name in rules.BUCKETS or rules.window_id(name, reserved_at) == rules.window_id(name, now)}
         self._settle(keys=self._keys(key), args=self._args(limits, tokens, lease, held, now))
+
+    def charge(self, key: str, limits: KeyLimits, amounts: Mapping[str, float], token: str) -> None:
+        base, leases = self._keys(key)
+        args = self._args(limits, 0, "", amounts, time.time())
+        self._charge(keys=[base, leases, f"{base}:charge:{token}"], args=args)
 
     def renew(self, leases: Mapping[str, Sequence[str]]) -> None:
         for name, ids in leases.items():

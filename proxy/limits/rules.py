@@ -131,6 +131,33 @@ def settle(limits: KeyLimits, state: dict[str, list[float]], reserved: dict[str,
         state[name] = [max(0.0, used + tokens - held), _stamp(name, now)]
 
 
+def still_owed(limits: KeyLimits, amounts: dict[str, float], at: float, now: float) -> dict[str, float]:
+    """What a charge made at `at` on a store standing in for another still weighs at `now`, when it
+    is replayed onto that store: a bucket's part has drained by the time since (toward zero, as a
+    reservation given back would have); a window's counts only if `now` is still in its window."""
+    owed = {}
+    for name, limit in limits.items():
+        amount = amounts.get(name, 0.0)
+        if not amount:
+            continue
+        if name in BUCKETS:
+            drained = max(0.0, now - at) * limit / 60.0
+            amount = math.copysign(max(0.0, abs(amount) - drained), amount)
+        elif window_id(name, at) != window_id(name, now):
+            amount = 0.0
+        if amount:
+            owed[name] = amount
+    return owed
+
+
+def charge(limits: KeyLimits, state: dict[str, list[float]], amounts: dict[str, float], now: float) -> None:
+    """Add `amounts` (a limit name → what to add; negative gives back) to what counts now."""
+    for name, limit in limits.items():
+        if name in amounts and name != "max_concurrent":
+            used = used_now(name, limit, state.get(name), now)
+            state[name] = [max(0.0, used + amounts[name]), _stamp(name, now)]
+
+
 def _stamp(name: str, now: float) -> float:
     return now if name in BUCKETS else float(window_id(name, now))
 

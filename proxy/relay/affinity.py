@@ -12,7 +12,8 @@ the one remembered already (a new conversation, or one moved because its account
 
 Prompt caches live per upstream account: a conversation that stays on one account pays for its
 prefix once. Remembering never fails a request: a store that errs is logged (once per outage) and
-the host's own store stands in for Redis; a lookup that finds nothing leaves the choice to the pool.
+the next of the chain stands in (proxy/state/fallback.py: Redis, the state file, the worker's
+memory); a lookup that finds nothing leaves the choice to the pool.
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from proxy.config import Config, Upstream
-from proxy.pool.affinity import AffinityStore, MemoryAffinity, SQLiteAffinity
+from proxy.config import Upstream
+from proxy.pool.affinity import AffinityStore, MemoryAffinity
 from proxy.protocols import registry
 from proxy.protocols.exchange import Exchange
-from proxy.state.shared_first import SharedFirst
+from proxy.state.fallback import Fallback, Reach
 from proxy.upstream.keeper import call_store
 
 log = logging.getLogger("proxy.affinity")
@@ -35,21 +36,17 @@ T = TypeVar("T")
 
 
 class Affinity:
-    def __init__(self, local: AffinityStore, shared: AffinityStore | None = None,
+    def __init__(self, local: AffinityStore | None = None, shared: AffinityStore | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.local, self.shared, self.clock = local, shared, clock
-        self._stores = SharedFirst(local, shared, call_store, log=log, clock=clock,
-                                   meanwhile="conversations are kept on their accounts per host")
-
-    @classmethod
-    def open(cls, config: Config) -> Affinity:
-        local: AffinityStore = SQLiteAffinity(config.state_path) if config.state_path else MemoryAffinity()
-        shared: AffinityStore | None = None
-        if config.state.backend == "redis":
-            from proxy.pool.affinity import RedisAffinity
-
-            shared = RedisAffinity(config.state)
-        return cls(local, shared)
+        """`shared` (Redis) first, then `local` (the state file), then this worker's memory."""
+        chain: list[Reach[AffinityStore]] = []
+        if shared is not None:
+            chain.append(Reach(shared, "the Redis state store", "conversations are kept on their accounts per host"))
+        if local is not None:
+            chain.append(Reach(local, "the state file", "conversations are kept on their accounts per worker"))
+        chain.append(Reach(MemoryAffinity(), "memory", ""))
+        self.clock = clock
+        self._stores = Fallback(chain, call_store, log=log, clock=clock)
 
     def conversation(self, ex: Exchange, upstream: Upstream) -> str | None:
         """What names the request's conversation, for this upstream (None: affinity off, or unnamed)."""

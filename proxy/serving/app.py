@@ -114,13 +114,13 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
     client = UpstreamClient(trust_env=config.trust_env)
     stores = open_stores(config)  # state.backend: sqlite (one host) or redis (several)
     keeper = PoolKeeper({}, stores.pool, client, holder=stores.holder, slots=stores.slots)
-    keeper.tick_hooks += stores.tick_hooks
     hooks = HookSet([LogLines()])  # the operators' concerns plug in here (proxy.ops)
-    limiter = Limiter.open(config)  # client keys' limits: charged when each request ends
+    limiter = stores.limiter  # client keys' limits: charged when each request ends
     hooks.add(limiter)
     usage_writer = None
     if config.usage.enabled:
         usage_writer = UsageWriter(stores.usage, config.usage.retention_days)
+        keeper.tick_hooks.append(usage_writer.retry)  # what the store kept while it could not write
         hooks.add(RecentRequests(usage_writer))  # before usage: its entry rides along with the usage commit
         hooks.add(UsageAccounting(usage_writer))
     live = LiveGauges()
@@ -134,7 +134,7 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
     metrics = Metrics(live, served) if config.metrics.enabled else None
     if metrics is not None:
         hooks.add(metrics)
-    affinity = Affinity.open(config)  # which account served each conversation last
+    affinity = stores.affinity  # which account served each conversation last
     # states, counters and runtime accounts from before a restart
     parts = config_parts(config, keeper, client, hooks, affinity=affinity)
     if start_background:
