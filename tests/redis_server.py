@@ -130,3 +130,169 @@ def durable_redis() -> Iterator[RedisServer]:
     server = start_redis(durable=True)
     yield server
     server.stop()
+
+
+# ---------------------------------------------------------------- Redis with Sentinel
+
+class LogFollower:
+    """Reads a process's output as it comes (so its pipe never fills and stalls it) and lets a test
+    wait for a line: readiness, a failover's steps — events, not sleeps."""
+
+    def __init__(self, process: subprocess.Popen[bytes], name: str) -> None:
+        import threading
+
+        self.process, self.name = process, name
+        self.lines: list[str] = []
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for raw in self.process.stdout:
+            with self._changed:
+                self.lines.append(raw.decode(errors="replace").rstrip())
+                self._changed.notify_all()
+        with self._changed:
+            self._changed.notify_all()
+
+    def wait_for(self, needle: str, timeout: float = 30, after: int = 0, count: int = 1) -> int:
+        """Block until `count` lines from line `after` on contain `needle`; the index after the last."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                found = [i for i, line in enumerate(self.lines[after:], after) if needle in line]
+                if len(found) >= count:
+                    return found[count - 1] + 1
+                left = deadline - time.monotonic()
+                if left <= 0 or (self.process.poll() is not None and not self._thread.is_alive()):
+                    tail = " / ".join(self.lines[-5:])
+                    raise AssertionError(f"{self.name} never said {needle!r} (last lines: {tail})")
+                self._changed.wait(min(left, 0.5))
+
+
+@dataclass
+class RedisNode:
+    port: int
+    directory: str
+    args: list[str]
+    process: subprocess.Popen[bytes]
+    log: LogFollower
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait(timeout=10)
+
+    def start(self) -> None:
+        """Start again (after a kill) with the same arguments, on the same port."""
+        self.process = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.log = LogFollower(self.process, self.log.name)
+
+
+def _node(name: str, port: int, args: list[str], ready: str) -> RedisNode:
+    directory = tempfile.mkdtemp(prefix=f"llm-proxy-{name}-")
+    args = [a.replace("{dir}", directory) for a in args]
+    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    node = RedisNode(port, directory, args, process, LogFollower(process, name))
+    node.log.wait_for(ready)
+    return node
+
+
+@dataclass
+class SentinelCluster:
+    """A primary, a replica and three sentinels watching them as `service`, all on loopback."""
+
+    service: str
+    password: str | None
+    nodes: list[RedisNode]  # [the first primary, the first replica]
+    sentinels: list[RedisNode]
+
+    @property
+    def hosts(self) -> list[str]:
+        return [f"127.0.0.1:{s.port}" for s in self.sentinels]
+
+    def primary(self) -> RedisNode:
+        """The node the sentinels call primary now."""
+        import redis
+
+        client = redis.Redis(port=self.sentinels[0].port, socket_timeout=5)
+        try:
+            _host, port = client.sentinel_get_master_addr_by_name(self.service)
+        finally:
+            client.close()
+        return next(node for node in self.nodes if node.port == int(port))
+
+    def fail_over_by_killing_the_primary(self, timeout: float = 60) -> RedisNode:
+        """Kill the primary (SIGKILL, as a crashed host) and return once every sentinel has switched
+        to the replica they promoted; that replica is returned. The killed node is started again,
+        and the sentinels make it a replica of the new primary (so the next failover has one):
+        this returns once it has the new primary's data."""
+        old = self.primary()
+        marks = [len(s.log.lines) for s in self.sentinels]
+        old.kill()
+        for sentinel, mark in zip(self.sentinels, marks, strict=True):
+            sentinel.log.wait_for("+switch-master", timeout=timeout, after=mark)
+        new = self.primary()
+        assert new is not old
+        old.start()
+        old.log.wait_for("MASTER <-> REPLICA sync: Finished with success")  # a replica again, with the data
+        return new
+
+    def stop(self) -> None:
+        for node in [*self.sentinels, *self.nodes]:
+            if node.process.poll() is None:
+                node.process.kill()
+                node.process.wait(timeout=10)
+            shutil.rmtree(node.directory, ignore_errors=True)
+
+
+def start_sentinel_cluster(password: str | None = None, service: str = "llmproxy") -> SentinelCluster:
+    binary, sentinel_binary = shutil.which("redis-server"), shutil.which("redis-sentinel")
+    if binary is None or sentinel_binary is None:
+        missing = "redis-server" if binary is None else "redis-sentinel"
+        if os.environ.get("LLM_PROXY_REDIS_TESTS") == "required":
+            pytest.fail(f"{missing} is not installed (apt-get install redis-server redis-sentinel), and "
+                        "LLM_PROXY_REDIS_TESTS=required says the Redis tests must run")
+        pytest.skip(f"{missing} is not installed (apt-get install redis-server redis-sentinel; .ci/run installs it)")
+    auth = ["--requirepass", password, "--masterauth", password] if password else []
+    base = ["--bind", "127.0.0.1", "--dir", "{dir}", "--save", "", "--appendonly", "no", *auth]
+    primary_port, replica_port = _free_port(), _free_port()
+    nodes = [_node("redis-primary", primary_port, [binary, "--port", str(primary_port), *base],
+                   "Ready to accept connections")]
+    nodes.append(_node("redis-replica", replica_port, [binary, "--port", str(replica_port), *base, "--replicaof",
+                                                       "127.0.0.1", str(primary_port)],
+                       "MASTER <-> REPLICA sync: Finished with success"))
+    sentinels = []
+    for i in range(3):
+        port = _free_port()
+        directory = tempfile.mkdtemp(prefix=f"llm-proxy-sentinel-{i}-")
+        config = os.path.join(directory, "sentinel.conf")  # the sentinel rewrites it: its own file
+        with open(config, "w") as fh:
+            fh.write(f"port {port}\nbind 127.0.0.1\ndir {directory}\n"
+                     f"sentinel monitor {service} 127.0.0.1 {primary_port} 2\n"
+                     f"sentinel down-after-milliseconds {service} 1000\n"
+                     f"sentinel failover-timeout {service} 5000\n"
+                     f"sentinel parallel-syncs {service} 1\n"
+                     + (f"sentinel auth-pass {service} {password}\n" if password else ""))
+        process = subprocess.Popen([sentinel_binary, config], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        node = RedisNode(port, directory, [sentinel_binary, config], process, LogFollower(process, f"sentinel-{i}"))
+        sentinels.append(node)
+    cluster = SentinelCluster(service, password, nodes, sentinels)
+    try:
+        for sentinel in sentinels:  # each knows the replica and the two other sentinels: a failover can happen
+            sentinel.log.wait_for("+monitor master")
+            sentinel.log.wait_for("+slave slave")
+            sentinel.log.wait_for("+sentinel sentinel", count=2)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+@pytest.fixture
+def sentinel_cluster() -> Iterator[SentinelCluster]:
+    cluster = start_sentinel_cluster()
+    yield cluster
+    cluster.stop()
