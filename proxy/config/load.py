@@ -58,13 +58,26 @@ from proxy.config.values import (
 
 def load(path: str, environ: Mapping[str, str] | None = None) -> Config:
     """Read and validate the YAML file at `path`; raise ConfigError naming the key at fault."""
+    return load_text(read_text(path), path, environ)
+
+
+def read_text(path: str) -> str:
+    """The config file's text, or a ConfigError saying why it cannot be read."""
     try:
         with open(path, encoding="utf-8") as fh:
-            raw = yaml.safe_load(fh)
+            return fh.read()
     except FileNotFoundError:
         raise ConfigError("", f"config file {path!r} does not exist") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError("", f"config file {path!r} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise ConfigError("", f"cannot read config file {path!r}: {exc.strerror}") from None
+
+
+def load_text(text: str, path: str, environ: Mapping[str, str] | None = None) -> Config:
+    """Validate a config file's text, read from `path` (named in messages and kept as the source)."""
+    try:
+        raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""

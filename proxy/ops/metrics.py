@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import glob
 import os
+import struct
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -41,6 +42,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.mmap_dict import MmapedDict
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from proxy.ops.hooks import Hooks
@@ -74,15 +76,33 @@ class _Source:
     def collect(self) -> Iterable[Metric]:
         if self.path is None:
             return self.registry.collect()
-        return MultiProcessCollector.merge(glob.glob(os.path.join(self.path, "*.db")), accumulate=True)
+        return _merge(glob.glob(os.path.join(self.path, "*.db")), accumulate=True)
 
     def live_gauges(self) -> dict[str, float]:
         """The live gauges summed over the instance's workers alive now."""
         if self.path is None:
             metrics: Iterable[Metric] = [m for m in self.registry.collect() if m.name in (ACTIVE_STREAMS, WORKERS)]
         else:
-            metrics = MultiProcessCollector.merge(glob.glob(os.path.join(self.path, "gauge_livesum_*.db")))
+            metrics = _merge(glob.glob(os.path.join(self.path, "gauge_livesum_*.db")))
         return {m.name: sum(s.value for s in m.samples) for m in metrics}
+
+
+def _merge(paths: list[str], accumulate: bool = False) -> Iterable[Metric]:
+    """prometheus-client's merge of the workers' files, leaving out a file that cannot be read at
+    this moment: one a worker starting now has created but not yet sized (empty: its header cannot
+    be unpacked), or one the master has just removed for a worker that died. It is counted at the
+    next scrape; a scrape must not fail for it."""
+    try:
+        return MultiProcessCollector.merge(paths, accumulate=accumulate)
+    except (OSError, struct.error, ValueError):
+        readable = []
+        for path in paths:
+            try:
+                MmapedDict.read_all_values_from_file(path)
+            except (OSError, struct.error, ValueError):
+                continue
+            readable.append(path)
+        return MultiProcessCollector.merge(readable, accumulate=accumulate)
 
 
 class _AccountStates:

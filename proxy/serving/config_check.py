@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from proxy.config import Config, ConfigError, load
+from proxy.config.load import load_text
 from proxy.protocols import registry
 from proxy.state.redis_connection import MISSING_PACKAGE
 
@@ -40,18 +41,20 @@ FIXED_AT_START: tuple[tuple[str, Callable[[Config], Any], str], ...] = (
 )
 
 
-def checked(path: str) -> Config:
-    """The config at `path`, with every upstream's protocol checked against the registry, and the
-    `redis` package present if the state lives in Redis (found, not imported: the master stays light)."""
-    config = registry.resolve(load(path))
+def checked(path: str, text: str | None = None) -> Config:
+    """The config at `path` (or `text`, read from there), with every upstream's protocol checked
+    against the registry, and the `redis` package present if the state lives in Redis (found, not
+    imported: the master stays light)."""
+    config = registry.resolve(load(path) if text is None else load_text(text, path))
     if config.state.backend == "redis" and importlib.util.find_spec("redis") is None:
         raise ConfigError("state.backend", MISSING_PACKAGE)
     return config
 
 
-def for_reload(current: Config, path: str) -> Config:
-    """The config at `path` if a running proxy serving `current` can switch to it."""
-    new = checked(path)
+def for_reload(current: Config, path: str, text: str | None = None) -> Config:
+    """The config at `path` (or `text`, read from there) if a running proxy serving `current` can
+    switch to it."""
+    new = checked(path, text)
     if _state_file(new.state_path) != _state_file(current.state_path):
         raise ConfigError("state_path", f"cannot change on a reload (the proxy runs with {current.state_path!r}): "
                                         "its workers share that file; restart the proxy to use another")

@@ -7,12 +7,16 @@ Owns what the master does for the proxy, through gunicorn's hooks:
   class and count checked (anything but the proxy's gevent worker is refused: a sync or threaded
   worker serves one request at a time, so streams and health checks would hang), the control
   socket placed beside the state file (one per instance, rather than gunicorn's per-user default
-  that every instance on the machine would share), and the arbiter's SIGHUP handler replaced;
+  that every instance on the machine would share), the state file created and migrated
+  (proxy/state/schema.py — here, once, so workers only open it), and the arbiter's SIGHUP handler
+  replaced;
 - SIGHUP: the config reload. gunicorn's own would restart every worker, and the old workers would
   get only `graceful_timeout` to finish their streams — LLM streams run for minutes. Here the
-  master validates the file (an invalid one: one line in the log, and everything goes on as it
-  was) and tells each worker, which swaps in the new config for new requests while requests in
-  flight finish on the old (proxy.serving.reconfigure). `Arbiter.run` dispatches a signal to
+  master reads the file once and validates that text (an invalid one: one line in the log, and
+  everything goes on as it was), keeps it as the next generation (proxy.serving.config_snapshots)
+  and tells each worker, which loads that generation — not the file, which may have changed again —
+  and swaps it in for new requests while requests in flight finish on the old
+  (proxy.serving.reconfigure). `Arbiter.run` dispatches a signal to
   `getattr(arbiter, "handle_" + name)`, so setting the attribute is enough, under `llm-proxy
   serve` and a plain `gunicorn -c python:proxy.serving.gunicorn_conf` alike; gunicorn's control
   socket `reload` sends the master a SIGHUP and gets the same;
@@ -35,9 +39,11 @@ from typing import Any
 
 from proxy import logs
 from proxy.config import Config, ConfigError, load
+from proxy.config.load import read_text
 from proxy.protocols import registry
-from proxy.serving import config_check
+from proxy.serving import config_check, config_snapshots
 from proxy.serving.summary import summary, summary_fields
+from proxy.state import schema
 
 _accepted: tuple[Config, int] | None = None  # the config the master serves, and its generation
 
@@ -75,7 +81,64 @@ def on_starting(arbiter: Any) -> None:
         _refuse(f"workers: must be at least 1 (got {cfg.workers}; set by --workers or LLM_PROXY_WORKERS)")
     _accepted = (config, 1)
     _place_control_socket(cfg, config)
+    _prepare_state(arbiter, config)
+    if config.state.backend == "redis":
+        _check_redis(arbiter, config)
     arbiter.handle_hup = lambda: _reload(arbiter)
+
+
+def _prepare_state(arbiter: Any, config: Config) -> None:
+    """Create and migrate the state file here, once, before any worker exists: workers only open
+    it, so workers starting together have nothing to race over (proxy/state/schema.py). Another
+    process holding its lock (a backup, a `state export`, a second instance starting) is waited out,
+    with a line every few seconds; a file that cannot be used stops the start with one line."""
+    if config.state_path is None:
+        return
+    path = os.path.abspath(config.state_path)
+
+    def waiting(waited: float) -> None:
+        arbiter.log.warning("state file %s is locked by another process (a backup, a `state export`, another "
+                            "instance starting?); waiting for it (%.0fs so far)", path, waited)
+
+    try:
+        found, now = schema.migrate(path, on_wait=waiting)
+    except schema.StateFileError as exc:
+        _refuse(f"config error: state_path: {exc}")
+        return
+    if found != now:
+        arbiter.log.info("state file %s: schema version %d → %d", path, found, now)
+
+
+def _check_redis(arbiter: Any, config: Config) -> None:
+    """Try Redis once before any worker starts: a password it refuses stops the start with one line
+    (every worker would fail the same way); a Redis that does not answer is said, and waited out by
+    the workers, degraded. Done in a child process: the master must not import redis (it imports
+    ssl, which the gevent workers must patch first)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: answer through the pipe, never return into gunicorn
+        os.close(read)
+        try:
+            from proxy.state.redis_connection import check
+
+            problem = check(config.state)
+            answer = f"away {problem}" if problem else "ok"
+        except ConfigError as exc:
+            answer = f"config {exc}"
+        except BaseException as exc:  # whatever it is, the parent must hear of it
+            answer = f"away {type(exc).__name__}: {exc}"
+        os.write(write, answer.encode()[:4000])
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        answer = pipe.read().decode(errors="replace")
+    os.waitpid(pid, 0)
+    kind, _, detail = answer.partition(" ")
+    if kind == "config":
+        _refuse(f"config error: {detail}")
+    elif kind != "ok":
+        arbiter.log.warning("Redis (%s) does not answer at start (%s); starting degraded — the workers use it as "
+                            "soon as it answers", config.state.shown_url, detail or "no answer")
 
 
 def _place_control_socket(cfg: Any, config: Config) -> None:
@@ -91,13 +154,16 @@ def _place_control_socket(cfg: Any, config: Config) -> None:
 
 
 def _reload(arbiter: Any) -> None:
-    """SIGHUP: validate the file; if it is good, every worker switches to it (SIGHUP to each)."""
+    """SIGHUP: read the file once and check that text; if it is good, it becomes the next
+    generation (proxy.serving.config_snapshots) and every worker switches to it (SIGHUP to each)."""
     global _accepted
     assert _accepted is not None
     current, generation = _accepted
     path = os.environ.get("LLM_PROXY_CONFIG") or current.source
     try:
-        config = config_check.for_reload(current, path)
+        text = read_text(path)
+        config = config_check.for_reload(current, path, text)
+        config_snapshots.write(generation + 1, text)
     except Exception as exc:  # whatever is wrong with the file, the master goes on as it was
         arbiter.log.error("config reload refused, still serving the previous config: %s", exc)
         return

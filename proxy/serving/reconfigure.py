@@ -3,9 +3,10 @@ already running left on the state they started with.
 
 Owns `Reloader`, one per app (`app.extensions["llm_proxy_reload"]`):
 
-- `reload()` — on the master's SIGHUP (proxy.serving.worker): the file read again and checked
-  (proxy.serving.config_check: an invalid file, or a change a reload cannot make, is one log line
-  and the worker goes on as it was); then everything built from the config (`config_parts`: pools,
+- `reload()` — on the master's SIGHUP (proxy.serving.worker): the newest generation the master
+  accepted (proxy.serving.config_snapshots: the text it checked, not the file, which may have
+  changed since) — or, for an app no master of ours runs (a test's), the file read and checked
+  here; then everything built from the config (`config_parts`: pools,
   router, relay, catalog, key checkers) built anew and the app's `AppState` replaced by a copy
   carrying them. What lives as long as the worker carries over — the hooks, the response store,
   the keeper and its store, and anything else on the state — and so do the pools of upstreams
@@ -16,7 +17,9 @@ Owns `Reloader`, one per app (`app.extensions["llm_proxy_reload"]`):
   (a ConfigError for a 400), then the master asked to reload (SIGHUP to it, as an operator would),
   which tells every worker; the answer waits, boundedly, until this worker has switched.
 
-Reloads in a worker run one at a time.
+Reloads in a worker run one at a time, and a reload that finds nothing newer than the generation
+the worker serves does nothing — so any number of SIGHUPs, in any order, leaves every worker on
+the master's newest generation.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from gevent.event import Event
 
 from proxy import logs
 from proxy.config import Config, ConfigError
-from proxy.serving import config_check
+from proxy.serving import config_check, config_snapshots, instance
 from proxy.upstream.client import UpstreamClient
 
 log = logging.getLogger("proxy.reload")
@@ -61,17 +64,27 @@ class Reloader:
         return config_check.for_reload(state.config, state.config_source)
 
     def reload(self) -> bool:
-        """Read the file and switch to it; False (and one log line) if it is refused."""
+        """Switch to the master's newest generation (or, with no master of ours, to the file); False
+        (and one log line) if nothing could be switched to."""
         with self._lock:
             state = self._state()
+            accepted = config_snapshots.latest()
+            if accepted is None and instance.current() is not None:
+                return True  # under our master, which has accepted no reload yet
             try:
-                config = self.check()
+                if accepted is None:
+                    config, generation = self.check(), state.config_generation + 1
+                else:
+                    generation, text = accepted
+                    if generation <= state.config_generation:
+                        return True  # already there: a SIGHUP for a generation this worker was built with
+                    config = config_check.for_reload(state.config, state.config_source or "", text)
             except Exception as exc:  # an unreadable file is refused like an invalid one
                 log.error("config reload refused in worker %d, still serving the previous config: %s",
                           os.getpid(), exc)
                 return False
             try:
-                self.app.extensions["llm_proxy"] = self._rebuilt(state, config)
+                self.app.extensions["llm_proxy"] = self._rebuilt(state, config, generation)
             except Exception:
                 log.exception("config reload failed, still serving the previous config")
                 return False
@@ -83,7 +96,7 @@ class Reloader:
                      new.config_source, os.getpid(), new.config_generation, len(new.pools), accounts)
             return True
 
-    def _rebuilt(self, state: Any, config: Config) -> Any:
+    def _rebuilt(self, state: Any, config: Config, generation: int) -> Any:
         from proxy.serving.app import config_parts  # the app module builds the app, and this with it
 
         client = state.client
@@ -98,7 +111,7 @@ class Reloader:
             state.usage.retention_s = config.usage.retention_days * 86400
         self.app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
         return dataclasses.replace(state, **parts, client=client, config_loaded_at=time.time(),
-                                   config_generation=state.config_generation + 1)
+                                   config_generation=generation)
 
     def request(self) -> dict[str, Any]:
         """POST /admin/reload: check the file (ConfigError if refused), have every worker reload,

@@ -268,11 +268,13 @@ def serve(config: dict[str, Any], tmp: Path, workers: int) -> ProxyServer:
     sock = listening_socket()
     log_path = tmp / "serve.log"
     audit.register((a["api_key"] for u in config["upstreams"] for a in u["accounts"]), log_path)
+    (tmp / "run").mkdir(exist_ok=True)  # the instance directory goes here, where a test can look into it
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "proxy.serving.cli", "serve", "--config", str(path), "--bind",
              f"fd://{sock.fileno()}", "--workers", str(workers)],
-            pass_fds=[sock.fileno()], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+            pass_fds=[sock.fileno()], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+            env={**os.environ, "LLM_PROXY_RUN_DIR": str(tmp / "run")})
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     sock.close()
     return ProxyServer(url=url, process=proc, log_path=log_path)
@@ -300,7 +302,9 @@ def streams_by_worker(metrics_dir: str) -> dict[int, float]:
 def test_a_killed_worker_is_marked_dead_and_its_counts_stay(demo_upstream: DemoUpstream, tmp_path: Path) -> None:
     server = serve(metrics_config(demo_upstream), tmp_path, workers=2)
     try:
-        metrics_dir = str(tmp_path / "llm-proxy-metrics" / str(server.process.pid))
+        status_of(server)  # up: its master has made the instance directory
+        (instance_dir,) = glob.glob(str(tmp_path / "run" / f"llm-proxy-{server.process.pid}-*"))
+        metrics_dir = os.path.join(instance_dir, "metrics")
         # Requests until both workers have counted some (the kernel spreads connections between them).
         sent = 0
         while len([n for n in counted_by_worker(metrics_dir).values() if n]) < 2:

@@ -1,7 +1,7 @@
-"""The per-instance metrics directory gunicorn's master prepares (proxy/serving/observability.py):
-where it goes, that it starts empty, that the directories of instances gone are removed and those
-of running ones kept, and that marking a worker dead removes what prometheus-client's own
-mark_process_dead removes — no more, no less."""
+"""The per-instance directory gunicorn's master prepares (proxy/serving/instance.py), where the
+workers count metrics (proxy/serving/observability.py): where it goes, that it starts empty, that
+the directories of instances gone are removed and those of running ones kept, and that marking a
+worker dead removes what prometheus-client's own mark_process_dead removes — no more, no less."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ import pytest
 from gunicorn.config import Config
 from prometheus_client.multiprocess import mark_process_dead
 
-from proxy.serving import observability
+from proxy.serving import instance
 from proxy.serving.access_log import JsonProxyLogger, ProxyLogger
-from proxy.serving.observability import INSTANCES_DIR, LOCK_FILE, mark_dead, prepare
+from proxy.serving.instance import LOCK_FILE
+from proxy.serving.observability import mark_dead
 
 FILES = ["counter_101.db", "histogram_101.db", "gauge_all_101.db", "gauge_livesum_101.db", "gauge_liveall_101.db",
          "gauge_livemax_101.db", "gauge_sum_101.db", "gauge_livesum_1011.db", "counter_202.db",
@@ -34,50 +35,54 @@ def test_marking_a_worker_dead_removes_what_prometheus_client_removes(tmp_path: 
     assert "gauge_livesum_101.db" not in os.listdir(ours) and "counter_101.db" in os.listdir(ours)
 
 
-def test_an_instance_gets_an_empty_locked_directory_of_its_own_under_the_state_directory(tmp_path: Path) -> None:
-    parent = tmp_path / INSTANCES_DIR
-    stale_same_pid = parent / "4242"
-    stale_same_pid.mkdir(parents=True)
-    (stale_same_pid / "counter_7.db").write_bytes(b"old")
-    gone = parent / "1111"  # an instance that died without cleaning up: nobody holds its lock
+def _locked(path: str) -> bool:
+    probe = os.open(Path(path) / LOCK_FILE, os.O_RDWR)  # another open file: the lock conflicts
+    try:
+        fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(probe)
+
+
+def test_an_instance_gets_an_empty_locked_directory_of_its_own_in_the_run_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(instance.RUN_DIR_ENV, str(tmp_path))
+    monkeypatch.delenv(instance.INSTANCE_ENV, raising=False)
+    gone = tmp_path / "llm-proxy-1111-abc"  # an instance that died without cleaning up: nobody holds its lock
     gone.mkdir()
     (gone / LOCK_FILE).write_bytes(b"")
-    running = parent / "2222"  # an instance still running (its master holds the lock)
+    (gone / "metrics").mkdir()
+    running = tmp_path / "llm-proxy-2222-def"  # an instance still running (its master holds the lock)
     running.mkdir()
     held = os.open(running / LOCK_FILE, os.O_RDWR | os.O_CREAT)
     fcntl.flock(held, fcntl.LOCK_EX)
-    unrelated = parent / "notes"
+    unrelated = tmp_path / "notes"
     unrelated.mkdir()
     try:
-        instance = prepare(str(tmp_path / "state.db"), 4242)
-        assert instance.path == str(parent / "4242") and not instance.temporary
-        assert os.listdir(instance.path) == [LOCK_FILE]
-        assert sorted(os.listdir(parent)) == ["2222", "4242", "notes"]
-        probe = os.open(Path(instance.path) / LOCK_FILE, os.O_RDWR)  # another open file: the lock conflicts
+        made = instance.create(4242)
         try:
-            try:
-                fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                locked = False
-            except BlockingIOError:
-                locked = True
+            assert Path(made.path).parent == tmp_path and Path(made.path).name.startswith("llm-proxy-4242-")
+            assert sorted(os.listdir(made.path)) == [LOCK_FILE, "config", "metrics"]
+            assert os.listdir(made.metrics) == [] and os.listdir(made.config) == []
+            assert oct(os.stat(made.path).st_mode & 0o777) == "0o700"
+            assert sorted(os.listdir(tmp_path)) == sorted([running.name, Path(made.path).name, "notes"])
+            assert _locked(made.path)
+            assert os.environ[instance.INSTANCE_ENV] == made.path  # what the workers it forks find
         finally:
-            os.close(probe)
-        assert locked
-        os.close(instance.lock_fd)
+            instance.remove(made)
+        assert not os.path.exists(made.path)
     finally:
         os.close(held)
 
 
-def test_without_a_state_file_or_a_writable_state_directory_the_directory_is_temporary(tmp_path: Path) -> None:
-    instance = prepare(None, 1)
-    assert instance.temporary and os.path.isdir(instance.path) and os.listdir(instance.path) == [LOCK_FILE]
-    blocked = tmp_path / "a-file"
-    blocked.write_text("")  # the state directory cannot be created: its parent is a file
-    fallback = prepare(str(blocked / "state.db"), 1)
-    assert fallback.temporary
-    for made in (instance, fallback):
-        os.close(made.lock_fd)
-        observability.shutil.rmtree(made.path)
+def test_the_run_directory_is_memory_backed_when_there_is_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Never the state file's disk: one that fills up must not take the metrics (or the workers,
+    which write them through memory maps) down with it."""
+    monkeypatch.delenv(instance.RUN_DIR_ENV, raising=False)
+    expected = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    assert instance.run_directory() == (expected or instance.tempfile.gettempdir())
 
 
 def test_json_logging_is_chosen_before_gunicorn_writes_a_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -93,3 +98,20 @@ def test_json_logging_is_chosen_before_gunicorn_writes_a_line(tmp_path: Path, mo
         for name, value in settings().items():
             config.set(name, value)  # every hook passes gunicorn's arity check
         assert config.logger_class is logger
+
+
+def test_a_scrape_leaves_out_a_file_a_worker_is_just_creating(tmp_path: Path) -> None:
+    """A worker booting creates its files empty and sizes them a moment later: a scrape (or
+    /admin/status) that reads one then must count the others, not fail with a 500."""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.mmap_dict import MmapedDict, mmap_key
+
+    from proxy.ops.metrics import ACTIVE_STREAMS, _Source
+
+    written = MmapedDict(str(tmp_path / "gauge_livesum_101.db"))
+    written.write_value(mmap_key(ACTIVE_STREAMS, ACTIVE_STREAMS, (), (), "gauge"), 3.0, 0.0)
+    written.close()
+    (tmp_path / "gauge_livesum_202.db").write_bytes(b"")  # created, not yet sized
+    source = _Source(str(tmp_path), CollectorRegistry())
+    assert source.live_gauges()[ACTIVE_STREAMS] == 3.0
+    assert any(m.name == ACTIVE_STREAMS for m in source.collect())
