@@ -210,6 +210,13 @@ def _statements(sql: str) -> list[str]:
     return [s.strip() for s in sql.split(";") if s.strip()]
 
 
+def _read_only_filesystem(path: str) -> bool:
+    try:
+        return bool(os.statvfs(os.path.dirname(os.path.abspath(path))).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 def check(path: str) -> Report:
     """What the file is: its schema version, journal mode, integrity, size. Reads only."""
     if not os.path.exists(path):
@@ -230,6 +237,9 @@ def check(path: str) -> Report:
 
 def _explain(path: str, exc: BaseException) -> str:
     text = str(exc)
+    if _read_only_filesystem(path):
+        return (f"{path}: the filesystem holding the state file is mounted read-only ({text}): the proxy writes "
+                "to it; remount it read-write or point state_path at a writable directory")
     if "unable to open" in text:
         return f"{path}: cannot open the state file ({text}): does its directory exist, and may this user write there?"
     if "not a database" in text or "malformed" in text:

@@ -58,8 +58,21 @@ def blocking(fn: Callable[..., T], *args: Any) -> T:
     if getattr(getattr(fn, "__self__", None), "cooperative", False):
         return fn(*args)
     if monkey.is_module_patched("socket"):
-        return gevent.get_hub().threadpool.apply(fn, args)
+        # The thread hands back what the call raised instead of raising it there: gevent's
+        # threadpool would print every exception of a task to stderr with its traceback (a full
+        # disk would fill the log), though the caller gets it and decides what it means.
+        done, result = gevent.get_hub().threadpool.apply(_outcome, (fn, args))
+        if not done:
+            raise result
+        return result
     return fn(*args)
+
+
+def _outcome(fn: Callable[..., T], args: tuple[Any, ...]) -> tuple[bool, Any]:
+    try:
+        return True, fn(*args)
+    except Exception as exc:
+        return False, exc
 
 
 def call_store(store: Any, fn: Callable[[], T]) -> T:

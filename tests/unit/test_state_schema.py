@@ -183,3 +183,47 @@ def test_a_full_disk_reported_by_sqlite_itself_is_recognised(tmp_path: Path) -> 
         db.execute("INSERT INTO meta (key, value) VALUES ('big', ?)", ("x" * 100_000,))
     db.close()
     assert unwritable(raised.value) == "the state file's disk is full"
+
+
+class ReadOnlyWhenAsked(StateFile):
+    """The state file with a switch: while `read_only`, every connection it gives refuses writes with
+    SQLite's own SQLITE_READONLY (`PRAGMA query_only`), as a disk remounted read-only would."""
+
+    read_only = False
+
+    def connect(self, busy_timeout: float = 30.0) -> sqlite3.Connection:
+        db = super().connect(busy_timeout)
+        db.execute(f"PRAGMA query_only={int(self.read_only)}")
+        return db
+
+
+def test_a_read_only_file_keeps_usage_and_pool_changes_and_writes_them_later(tmp_path: Path) -> None:
+    from proxy.ops.sqlite_usage_store import SQLiteUsageStore
+    from proxy.ops.usage_store import UsageQuery, UsageRow
+    from proxy.pool.store import AccountRecord, CounterDelta, SQLiteStore
+
+    path = str(tmp_path / "state.db")
+    schema.migrate(path)
+    state = ReadOnlyWhenAsked(path)
+    usage, pool = SQLiteUsageStore(state), SQLiteStore(state)
+    row = UsageRow(60, "alice", "chat_completions", "m", "m", "main", "a1", False, "ok", 200, requests=1)
+    usage.add([row], [])
+    state.read_only = True
+    for connection in (usage._writer, usage._at_once):
+        connection.execute("PRAGMA query_only=1")
+    usage.add([row, row], [])
+    pool.write([AccountRecord("main", "a1", status="cooling", until=1e12)], [CounterDelta("main", "a1", requests=3)])
+    assert not state.health.up and state.health.reason == "the state file is read-only"
+    assert usage.query(UsageQuery(0, 120)).totals["requests"] == 1  # the file still reads
+    assert not usage.try_add([row], [])  # nothing at once while something is kept
+    state.read_only = False
+    for connection in (usage._writer, usage._at_once):
+        connection.execute("PRAGMA query_only=0")
+    state.health._next_try = 0.0  # the backoff would let the next write through within seconds
+    usage.add([], [])
+    pool.write([], [])
+    assert state.health.up
+    assert usage.query(UsageQuery(0, 120)).totals["requests"] == 3
+    (record,) = pool.load()
+    assert (record.status, record.requests) == ("cooling", 3)
+    state.close()
