@@ -74,9 +74,11 @@ def start_redis(password: str | None = None, durable: bool = False) -> RedisServ
 
 
 def _launch(port: int, directory: str, password: str | None, binary: str | None = None,
-            durable: bool = False) -> subprocess.Popen[bytes]:
+            durable: bool = False, extra: list[str] | None = None) -> subprocess.Popen[bytes]:
+    """`extra`: more arguments (a TLS port and its files, say; port 0 then turns plain TCP off)."""
     args = [binary or shutil.which("redis-server") or "redis-server", "--bind", "127.0.0.1", "--port", str(port),
-            "--dir", directory, "--save", "", "--protected-mode", "yes", "--notify-keyspace-events", ""]
+            "--dir", directory, "--save", "", "--protected-mode", "yes", "--notify-keyspace-events", "",
+            *(extra or [])]
     args += ["--appendonly", "yes", "--appendfsync", "always"] if durable else ["--appendonly", "no"]
     if password:
         args += ["--requirepass", password]
