@@ -35,6 +35,7 @@ from proxy.ir.response import Usage  # noqa: E402
 from proxy.limits.limiter import Limiter  # noqa: E402
 from proxy.limits.store import LimitStore, MemoryLimitStore, SQLiteLimitStore  # noqa: E402
 from proxy.ops.records import RequestRecord  # noqa: E402
+from tests.state_files import open_state_file  # noqa: E402
 
 LIMITS = KeyLimits(requests_per_minute=10**9, tokens_per_minute=10**12, tokens_per_day=10**13,
                    tokens_per_month=10**14, max_concurrent=10**6)
@@ -49,7 +50,7 @@ def one(limiter: Limiter, key: ClientKey) -> None:
 
 
 def timed(store: LimitStore, n: int, concurrency: int) -> float:
-    limiter = Limiter(store)
+    limiter = Limiter.over(store)  # the store, then memory should it fail
     key = ClientKey(name=f"bench-{uuid.uuid4().hex[:6]}", key="sk-bench", limits=LIMITS)
     started = time.perf_counter()
     if concurrency == 1:
@@ -67,7 +68,7 @@ def main() -> None:
     args = parser.parse_args()
     stores: dict[str, LimitStore] = {"memory": MemoryLimitStore()}
     with tempfile.TemporaryDirectory() as tmp:
-        stores["sqlite"] = SQLiteLimitStore(str(Path(tmp) / "state.db"))
+        stores["sqlite"] = SQLiteLimitStore(open_state_file(Path(tmp) / "state.db"))
         redis_server = None
         try:
             from proxy.limits.redis_store import RedisLimitStore

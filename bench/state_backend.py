@@ -35,6 +35,7 @@ from bench.usage_overhead import CannedTransport  # noqa: E402
 from proxy.config import parse  # noqa: E402
 from proxy.serving.app import create_app  # noqa: E402
 from tests.redis_server import start_redis  # noqa: E402
+from tests.state_files import migrated  # noqa: E402
 
 
 def server_cpu(pid: int) -> float:
@@ -49,7 +50,8 @@ def run(state: dict[str, Any], state_path: str, n: int, concurrency: int,
     account: dict[str, Any] = {"id": "a1", "api_key": "sk-up-bench"}
     if max_concurrency is not None:
         account["max_concurrency"] = max_concurrency
-    config = parse({"client_keys": ["sk-bench"], "state_path": state_path, "log_level": "warning", "state": state,
+    config = parse({"client_keys": ["sk-bench"], "state_path": migrated(state_path), "log_level": "warning",
+                    "state": state,
                     "upstreams": [{"name": "main", "protocol": "chat_completions",
                                    "base_url": "http://bench.invalid/v1", "accounts": [account]}]})
     app = create_app(config)

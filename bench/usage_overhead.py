@@ -42,11 +42,13 @@ from proxy.ir.response import Usage  # noqa: E402
 from proxy.ops.hooks import HookSet  # noqa: E402
 from proxy.ops.recent import RecentRequests  # noqa: E402
 from proxy.ops.records import RequestRecord  # noqa: E402
+from proxy.ops.sqlite_usage_store import SQLiteUsageStore  # noqa: E402
 from proxy.ops.usage import UsageAccounting  # noqa: E402
-from proxy.ops.usage_store import MemoryUsageStore, SQLiteUsageStore, UsageStore  # noqa: E402
+from proxy.ops.usage_store import MemoryUsageStore, UsageStore  # noqa: E402
 from proxy.ops.usage_writer import UsageWriter  # noqa: E402
 from proxy.relay.transport import UpstreamCall  # noqa: E402
 from proxy.serving.app import create_app  # noqa: E402
+from tests.state_files import migrated, open_state_file  # noqa: E402
 
 
 class Counting:
@@ -105,7 +107,7 @@ def concurrent(store: UsageStore, greenlets: int, each: int) -> tuple[float, flo
 
 def latencies(path: str, n: int) -> list[float]:
     """Each request's added latency in µs, one request at a time (run in a process of its own)."""
-    hooks, _ = hooks_over(SQLiteUsageStore(path))
+    hooks, _ = hooks_over(SQLiteUsageStore(open_state_file(path)))
     hooks.request_done(record(0))
     out = []
     for i in range(n):
@@ -153,7 +155,7 @@ class CannedTransport:
 def end_to_end(state_path: str, accounting: bool, n: int, concurrency: int = 1) -> tuple[float, float]:
     """(wall µs, CPU µs) per whole request through the app, accounting on or off, `concurrency`
     requests at a time (each a greenlet, as gunicorn's gevent worker runs them)."""
-    config = parse({"client_keys": ["sk-bench"], "state_path": state_path, "log_level": "warning",
+    config = parse({"client_keys": ["sk-bench"], "state_path": migrated(state_path), "log_level": "warning",
                     "upstreams": [{"name": "main", "protocol": "chat_completions", "base_url": "http://bench.invalid/v1",
                                    "accounts": [{"id": "a1", "api_key": "sk-up-bench"}]}]})
     app = create_app(config, start_background=False)
@@ -187,7 +189,7 @@ def main() -> None:
         counter = iter(range(10**6))
 
         def sqlite() -> UsageStore:
-            return SQLiteUsageStore(str(Path(tmp) / f"state-{next(counter)}.db"))
+            return SQLiteUsageStore(open_state_file(Path(tmp) / f"state-{next(counter)}.db"))
 
         wall, cpu = median_of(5, lambda: sequential(sqlite(), 2000))
         print(f"SQLite, one request at a time:  {wall:7.1f} µs added latency, {cpu:6.1f} µs CPU per request")

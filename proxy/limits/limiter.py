@@ -43,7 +43,7 @@ from proxy.limits import rules
 from proxy.limits.store import LEASE_TTL, Decision, LimitStore, MemoryLimitStore
 from proxy.ops.hooks import Hooks
 from proxy.ops.records import RequestRecord
-from proxy.state.fallback import Fallback, Reach
+from proxy.state.fallback import Fallback, Reach, reaches
 from proxy.upstream.keeper import blocking, call_store
 
 log = logging.getLogger("proxy.limits")
@@ -86,13 +86,7 @@ class Limiter(Hooks):
     @classmethod
     def over(cls, local: LimitStore | None, shared: LimitStore | None = None) -> Limiter:
         """The chain for a worker: `shared` (Redis), `local` (the state file), then memory."""
-        chain: list[Reach[LimitStore]] = []
-        if shared is not None:
-            chain.append(Reach(shared, "the Redis state store", "client key limits are enforced per host"))
-        if local is not None:
-            chain.append(Reach(local, "the state file", "client key limits are enforced per worker"))
-        chain.append(Reach(MemoryLimitStore(), "memory", ""))
-        return cls(chain)
+        return cls(reaches(shared, local, MemoryLimitStore(), "client key limits are enforced"))
 
     @property
     def first(self) -> LimitStore:
@@ -136,10 +130,12 @@ class Limiter(Hooks):
             call_store(store, lambda: store.settle(held.key, held.limits, decision.reserved, tokens, held.lease,
                                                   decision.at))
         except Exception as exc:
+            first_owed = not self._owed and not self._in_doubt
             if store is self.first:  # its reservation stands there: owe it the difference
                 self._owe(held.key, held.limits, {name: tokens - amount for name, amount in decision.reserved.items()})
-            log.warning("limits: could not charge %d tokens to the key %r (%s: %s); owed to it until its store "
-                        "answers", tokens, held.key, type(exc).__name__, exc)
+            if first_owed:  # once per outage, not once per request
+                log.warning("limits: could not charge a request to the key %r (%s: %s); what requests take is "
+                            "owed to the store until it answers", held.key, type(exc).__name__, exc)
             return
         if store is not self.first:  # let in by a store standing in: the first is owed all of it
             taken = {name: float(tokens) for name in rules.TOKEN_LIMITS}

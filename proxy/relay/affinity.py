@@ -27,7 +27,7 @@ from proxy.config import Upstream
 from proxy.pool.affinity import AffinityStore, MemoryAffinity
 from proxy.protocols import registry
 from proxy.protocols.exchange import Exchange
-from proxy.state.fallback import Fallback, Reach
+from proxy.state.fallback import Fallback, reaches
 from proxy.upstream.keeper import call_store
 
 log = logging.getLogger("proxy.affinity")
@@ -39,14 +39,9 @@ class Affinity:
     def __init__(self, local: AffinityStore | None = None, shared: AffinityStore | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         """`shared` (Redis) first, then `local` (the state file), then this worker's memory."""
-        chain: list[Reach[AffinityStore]] = []
-        if shared is not None:
-            chain.append(Reach(shared, "the Redis state store", "conversations are kept on their accounts per host"))
-        if local is not None:
-            chain.append(Reach(local, "the state file", "conversations are kept on their accounts per worker"))
-        chain.append(Reach(MemoryAffinity(), "memory", ""))
+        chain = reaches(shared, local, MemoryAffinity(), "conversations are kept on their accounts")
         self.clock = clock
-        self._stores = Fallback(chain, call_store, log=log, clock=clock)
+        self._stores: Fallback[AffinityStore] = Fallback(chain, call_store, log=log, clock=clock)
 
     def conversation(self, ex: Exchange, upstream: Upstream) -> str | None:
         """What names the request's conversation, for this upstream (None: affinity off, or unnamed)."""

@@ -14,6 +14,10 @@ config, requests in flight finish on the old. gunicorn resets SIGHUP to its defa
 kill the worker) in every worker, so this class installs its own handler. It is also the class
 `proxy.serving.master` requires (`serves_llm_proxy`), and the one `proxy.wsgi` checks it runs under.
 
+A worker whose app cannot be built never takes the server down for a passing reason: only a
+configuration error (the same in every worker) exits with gunicorn's boot-error status, on which
+the master stops; any other failure exits with 1 after a pause, and the master starts another.
+
 Imported by gunicorn's master (as `worker_class`) before any monkey-patching, like gunicorn's own
 `gunicorn.workers.ggevent`: it must not import the app at the top.
 """

@@ -46,6 +46,19 @@ class Reach(Generic[S]):
     down_until: float | None = None
 
 
+def reaches(shared: S | None, local: S | None, memory: S, holds: str) -> list[Reach[S]]:
+    """The usual chain: `shared` (Redis) if configured, `local` (the state file) if there is one,
+    then `memory`. `holds` says what then holds, as "client key limits are enforced": per host while
+    Redis is away, per worker while the state file is."""
+    chain: list[Reach[S]] = []
+    if shared is not None:
+        chain.append(Reach(shared, "the Redis state store", f"{holds} per host"))
+    if local is not None:
+        chain.append(Reach(local, "the state file", f"{holds} per worker"))
+    chain.append(Reach(memory, "memory", ""))
+    return chain
+
+
 class Fallback(Generic[S]):
     def __init__(self, chain: Sequence[Reach[S]], run: Runner = _direct, *, log: logging.Logger,
                  clock: Callable[[], float] = time.monotonic) -> None:
