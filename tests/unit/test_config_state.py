@@ -54,3 +54,40 @@ def test_mistakes_are_named_by_their_key(state: Any, where: str, says: str) -> N
 def test_a_url_without_a_password_is_shown_as_it_is() -> None:
     assert redact_url("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"
     assert redact_url("redis://:pw@127.0.0.1:6379/0") == "redis://:***@127.0.0.1:6379/0"
+
+
+def test_sentinel_instead_of_a_url_with_passwords_from_the_environment() -> None:
+    config = parse(with_state({"backend": "redis", "sentinel": {
+        "hosts": ["10.0.0.5:26379", "10.0.0.6:26379", "[::1]:26380"], "service_name": "llmproxy",
+        "password": "${REDIS_PASSWORD}", "sentinel_password": "${SENTINEL_PASSWORD}", "db": 2}}),
+        environ={"REDIS_PASSWORD": "s3cret", "SENTINEL_PASSWORD": "s3ntinel"})
+    sentinel = config.state.sentinel
+    assert sentinel is not None and config.state.url is None
+    assert sentinel.hosts == (("10.0.0.5", 26379), ("10.0.0.6", 26379), ("::1", 26380))
+    assert (sentinel.service_name, sentinel.password, sentinel.sentinel_password, sentinel.db, sentinel.tls) == (
+        "llmproxy", "s3cret", "s3ntinel", 2, False)
+    shown = config.state.shown_url or ""
+    assert "llmproxy" in shown and "10.0.0.5:26379" in shown
+    assert "s3cret" not in repr(config) + shown and "s3ntinel" not in repr(config) + shown
+
+
+@pytest.mark.parametrize(("sentinel", "where", "says"), [
+    ({"service_name": "x"}, "state.sentinel.hosts", 'must list the sentinels as "host:port"'),
+    ({"hosts": [], "service_name": "x"}, "state.sentinel.hosts", "must list the sentinels"),
+    ({"hosts": ["10.0.0.5"], "service_name": "x"}, "state.sentinel.hosts[0]", 'must be "host:port"'),
+    ({"hosts": ["10.0.0.5:99999"], "service_name": "x"}, "state.sentinel.hosts[0]", 'must be "host:port"'),
+    ({"hosts": ["10.0.0.5:26379"]}, "state.sentinel.service_name", "is required"),
+    ({"hosts": ["10.0.0.5:26379"], "service_name": "x", "pasword": "pw"}, "state.sentinel.pasword", "unknown key"),
+])
+def test_sentinel_mistakes_are_named_by_their_key(sentinel: Any, where: str, says: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse(with_state({"backend": "redis", "sentinel": sentinel}))
+    assert str(caught.value).startswith(where) and says in str(caught.value)
+    assert "pw" not in str(caught.value).replace("pasword", "")
+
+
+def test_sentinel_and_url_together_are_refused() -> None:
+    with pytest.raises(ConfigError, match=r"^state\.sentinel: and state\.url are two ways to find Redis"):
+        parse(with_state({"backend": "redis", "url": "redis://h", "sentinel": {"hosts": ["h:1"], "service_name": "x"}}))
+    with pytest.raises(ConfigError, match=r"^state\.sentinel: is only for backend: redis"):
+        parse(with_state({"sentinel": {"hosts": ["h:1"], "service_name": "x"}}))

@@ -8,6 +8,7 @@ import datetime as dt
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -124,3 +125,78 @@ def test_every_store_counts_requests_in_flight_until_they_end(store: LimitStore)
     assert rules.message("team", third.refusal) == (
         "The API key 'team' has 2 requests in flight, its max_concurrent limit; send this one when another has "
         "finished.")
+
+
+def test_what_a_stand_in_took_still_weighs_what_is_left_of_it_when_replayed() -> None:
+    limits = KeyLimits(requests_per_minute=60, tokens_per_minute=6000, tokens_per_day=10_000)
+    taken = {"requests_per_minute": 1.0, "tokens_per_minute": 600.0, "tokens_per_day": 600.0}
+    at = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.UTC).timestamp()
+    # 5 s later the minute buckets have drained 5 s' worth (a request a second, 100 tokens a second):
+    # the request has gone from the request bucket, 100 of the 600 tokens are left; the day keeps all.
+    assert rules.still_owed(limits, taken, at, at + 5) == {"tokens_per_minute": 100.0, "tokens_per_day": 600.0}
+    assert rules.still_owed(limits, taken, at, at + 30) == {"tokens_per_day": 600.0}
+    assert rules.still_owed(limits, taken, at, at + 86400) == {}  # another day: the day's share went with it
+    given_back = rules.still_owed(limits, {"tokens_per_day": -200.0, "tokens_per_minute": -200.0}, at, at + 1)
+    assert given_back == {"tokens_per_day": -200.0, "tokens_per_minute": -100.0}
+    state: dict[str, list[float]] = {}
+    rules.charge(limits, state, {"tokens_per_day": 600.0}, at)
+    rules.charge(limits, state, {"tokens_per_day": -900.0}, at)
+    assert rules.used_now("tokens_per_day", 10_000, state["tokens_per_day"], at) == 0.0  # never below nothing
+
+
+def test_every_store_takes_a_replayed_charge_once(store: LimitStore) -> None:
+    limits = KeyLimits(tokens_per_day=10_000)
+    store.charge("team", limits, {"tokens_per_day": 700.0}, "token-1")
+    store.charge("team", limits, {"tokens_per_day": 300.0}, "token-2")
+    assert store.status("team", limits)["tokens_per_day"]["used"] == 1000
+    if "Redis" in type(store).__name__:  # a charge sent again after its answer was lost: applied once
+        store.charge("team", limits, {"tokens_per_day": 300.0}, "token-2")
+        assert store.status("team", limits)["tokens_per_day"]["used"] == 1000
+
+
+class Refusing(MemoryLimitStore):
+    """A store that is down until told otherwise (as Redis away, or a full state file)."""
+
+    down = True
+
+    def admit(self, *args: Any, **kwargs: Any) -> Any:
+        if self.down:
+            raise ConnectionError("away")
+        return super().admit(*args, **kwargs)
+
+    def charge(self, *args: Any, **kwargs: Any) -> None:
+        if self.down:
+            raise ConnectionError("away")
+        super().charge(*args, **kwargs)
+
+    def status(self, *args: Any, **kwargs: Any) -> Any:
+        if self.down:
+            raise ConnectionError("away")
+        return super().status(*args, **kwargs)
+
+
+def test_the_limiter_owes_the_first_store_what_a_stand_in_took_and_replays_it(caplog: Any) -> None:
+    from proxy.config.keys import ClientKey
+    from proxy.ir.request import Message, Request, TextPart
+    from proxy.ir.response import Usage
+    from proxy.limits.limiter import Limiter
+    from proxy.ops.records import RequestRecord
+    from proxy.state import fallback
+
+    now = [1000.0]
+    first = Refusing()
+    limiter = Limiter(fallback.reaches(first, None, MemoryLimitStore(), "limits hold"), clock=lambda: now[0])
+    key = ClientKey(name="team", key="sk-team", limits=KeyLimits(tokens_per_day=1_000_000))
+    request = Request(model="m", messages=[Message(role="user", parts=[TextPart("hello")])])
+    for _ in range(3):  # admitted by memory while the first store is down
+        record = RequestRecord("r", "team", "chat_completions", "m", False)
+        limiter.admit(key, record, lambda: request, {})
+        record.finish(200, "ok", Usage(input_tokens=90, output_tokens=10))
+        limiter.request_done(record)
+    assert limiter.owed() == 3
+    assert caplog.text.count("failed (ConnectionError: away)") == 1  # one line for the outage
+    first.down = False
+    now[0] += fallback.RETRY_AFTER  # the first store is tried again…
+    limiter.replay()  # …and what it is owed goes to it (a greenlet does this in the service)
+    assert limiter.owed() == 0
+    assert key.limits is not None and first.status("team", key.limits)["tokens_per_day"]["used"] == 300

@@ -227,3 +227,19 @@ def test_a_read_only_file_keeps_usage_and_pool_changes_and_writes_them_later(tmp
     (record,) = pool.load()
     assert (record.status, record.requests) == ("cooling", 3)
     state.close()
+
+
+def test_readiness_says_why_without_naming_where() -> None:
+    """/readyz needs no key: the state file's reason is said as it is; a Redis error, which names
+    the server's address, only as "does not answer"."""
+    from proxy.state.health import StoreHealth
+
+    disk = StoreHealth("sqlite")
+    disk.failed("the state file's disk is full")
+    assert disk.public()["state_reason"] == "the state file's disk is full" and disk.public()["state"] == "degraded"
+    redis = StoreHealth("redis")
+    redis.failed(ConnectionError("Error 111 connecting to 10.0.0.9:6379. Connection refused."))
+    assert redis.public()["state_reason"] == "the shared Redis does not answer"
+    assert "10.0.0.9" not in str(redis.public())
+    redis.ok()
+    assert redis.public() == {"state": "ok", "state_backend": "redis"}
