@@ -2,11 +2,12 @@
 into the state directory and read by every worker and every restart after.
 
 Owns that file: `compaction.key` beside `state_path`, readable by its owner only (it protects the
-summaries of users' conversations). Workers start at the same time, so it is created atomically
-(written to a temporary file, then linked into place, which fails if another worker was first) and
-whoever loses the race reads the winner's. With `state_path: null` the key lives in memory only —
-compaction items then do not survive a restart, which is logged.
-Runs in a worker, after fork (proxy/serving/app.py); never in gunicorn's master.
+summaries of users' conversations). gunicorn's master creates it before it forks, beside the state
+file's migration (proxy/serving/master.py), and every worker reads it (proxy/serving/app.py); it is
+still created atomically (written to a temporary file, then linked into place, which fails if
+another process was first, whose key is then read) for a proxy not started by our master. With
+`state_path: null` the key lives in memory only — compaction items then do not survive a restart,
+which is logged. Stdlib only: the master imports it.
 """
 
 from __future__ import annotations

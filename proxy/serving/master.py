@@ -42,6 +42,7 @@ from proxy.config import Config, ConfigError, load
 from proxy.config.load import read_text
 from proxy.protocols import registry
 from proxy.serving import config_check, config_snapshots
+from proxy.serving.compaction_key import compaction_secret
 from proxy.serving.summary import summary, summary_fields
 from proxy.state import schema
 
@@ -107,6 +108,10 @@ def _prepare_state(arbiter: Any, config: Config) -> None:
         return
     if found != now:
         arbiter.log.info("state file %s: schema version %d → %d", path, found, now)
+    try:  # generated here too, once, rather than raced for by the workers
+        compaction_secret(config)
+    except OSError as exc:  # the workers try again; a key they cannot read or write stops only them
+        arbiter.log.warning("could not prepare the compaction key beside %s (%s); the workers will try", path, exc)
 
 
 def _check_redis(arbiter: Any, config: Config) -> None:
