@@ -22,16 +22,22 @@ class Preset:
     prefixes: Mapping[str, str]  # glob pattern → prefix, tried in this order
 
 
-# OpenRouter (an OpenAI-compatible router; model ids are `vendor/model`). Its catalogue spells a
-# Claude minor version with a dot (`anthropic/claude-opus-4.6`, `anthropic/claude-3.7-sonnet`) and
-# xAI's namespace `x-ai/`. The claude-sonnet-4-6 alias, the claude-3-5-sonnet renames and the
-# `grok-*` prefix keep the spelling of the project's documented model table instead (dashes,
-# `xai/`); where an OpenRouter account refuses one, an explicit alias or prefix overrides it.
+# OpenRouter (an OpenAI-compatible router; model ids are `vendor/model`). Every target is spelled as
+# OpenRouter's catalogue lists it — a Claude minor version with a dot (`anthropic/claude-sonnet-4.6`,
+# `anthropic/claude-3.7-sonnet`), xAI under `x-ai/` — while the names clients send stay the vendors'
+# own, dashes and all (tests/unit/test_presets.py holds every target to a dated copy of the
+# catalogue's ids, tests/fixtures/openrouter_models.json).
 OPENROUTER = Preset(
     aliases={
         # Claude: the names Claude Code and the Anthropic SDKs send.
-        "claude-sonnet-4-6": "anthropic/claude-sonnet-4-6",
+        "claude-opus-5-5": "anthropic/claude-opus-5.5",
+        "claude-opus-5": "anthropic/claude-opus-5",
+        "claude-sonnet-5-5": "anthropic/claude-sonnet-5.5",
         "claude-sonnet-5": "anthropic/claude-sonnet-5",
+        "claude-haiku-5-5": "anthropic/claude-haiku-5.5",
+        "claude-fable-5-1": "anthropic/claude-fable-5.1",
+        "claude-fable-5": "anthropic/claude-fable-5",
+        "claude-sonnet-4-6": "anthropic/claude-sonnet-4.6",
         "claude-sonnet-4-5": "anthropic/claude-sonnet-4.5",
         "claude-opus-4-8": "anthropic/claude-opus-4.8",
         "claude-opus-4-7": "anthropic/claude-opus-4.7",
@@ -40,6 +46,7 @@ OPENROUTER = Preset(
         "claude-opus-4-1": "anthropic/claude-opus-4.1",
         "claude-haiku-4-5": "anthropic/claude-haiku-4.5",
         # GPT and Gemini: the vendors' own names, which OpenRouter keeps under their namespace.
+        "gpt-5.5": "openai/gpt-5.5",
         "gpt-5.4": "openai/gpt-5.4",
         "gpt-5.4-mini": "openai/gpt-5.4-mini",
         "gpt-5": "openai/gpt-5",
@@ -56,9 +63,9 @@ OPENROUTER = Preset(
     },
     renames={
         # Claude 3.5 Sonnet is retired: its names go to its successor.
-        "claude-3-5-sonnet-20241022": "anthropic/claude-sonnet-4-5",
-        "claude-3-5-sonnet-20240620": "anthropic/claude-sonnet-4-5",
-        "claude-3-5-sonnet-latest": "anthropic/claude-sonnet-4-5",
+        "claude-3-5-sonnet-20241022": "anthropic/claude-sonnet-4.5",
+        "claude-3-5-sonnet-20240620": "anthropic/claude-sonnet-4.5",
+        "claude-3-5-sonnet-latest": "anthropic/claude-sonnet-4.5",
         # Dated and older spellings of models OpenRouter serves under one undated id.
         "claude-3-7-sonnet-20250219": "anthropic/claude-3.7-sonnet",
         "claude-3-7-sonnet-latest": "anthropic/claude-3.7-sonnet",
@@ -82,7 +89,7 @@ OPENROUTER = Preset(
         "o4*": "openai/",
         "gemini-*": "google/",
         "gemma-*": "google/",
-        "grok-*": "xai/",
+        "grok-*": "x-ai/",
         "deepseek-*": "deepseek/",
         "qwen*": "qwen/",
         "qwq-*": "qwen/",

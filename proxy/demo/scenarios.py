@@ -56,7 +56,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.demo import tool_chain
+from proxy.demo import json_sample, tool_chain
 
 _DIRECTIVE = re.compile(r"\[demo:([a-z-]+)(?:=([^\]]*))?\]")
 DEFAULT_PACE_MS = 30.0
@@ -212,6 +212,8 @@ def plan(body: dict[str, Any], chat_face: bool = True, first_try: bool = True) -
         text = CITED_ANSWER
     else:
         text = ANSWER
+    if not calls:  # asked for JSON (response_format): the answer is JSON, after tool results too
+        text = json_sample.answer_for(body.get("response_format"), text) or text
     if "empty" in d:
         calls, text = [], ""  # an answer with no content at all: just the finish and the usage
     if reasoning:
@@ -340,7 +342,8 @@ def _tool_calls(tools: list[dict[str, Any]], d: dict[str, str], prompt: str) -> 
     specs = named or shells or specs
     count = 2 if ("parallel" in d or "interleave" in d) else 1
     chosen = [specs[i % len(specs)] for i in range(count)]
-    return [(name, json.dumps(sample_arguments(schema, name, i))) for i, (name, schema) in enumerate(chosen)]
+    return [(name, json.dumps(json_sample.properties(schema if isinstance(schema, dict) else {}, name, i)))
+            for i, (name, schema) in enumerate(chosen)]
 
 
 def _tool_steps(calls: list[tuple[str, str]], chunker: _Chunker, pace: float, interleave: bool,
@@ -362,43 +365,6 @@ def _tool_steps(calls: list[tuple[str, str]], chunker: _Chunker, pace: float, in
         for piece in pieces[i]:
             steps += [Step("chunk", chunker.tool_delta(i, None, None, piece)), Step("sleep", pace)]
     return steps
-
-
-def sample_arguments(schema: Any, tool_name: str, seed: int = 0) -> dict[str, Any]:
-    """Plausible arguments for a JSON schema: required properties filled with harmless values."""
-    if not isinstance(schema, dict):
-        return {}
-    props = schema.get("properties") or {}
-    required = schema.get("required") or list(props)[:1]
-    args: dict[str, Any] = {}
-    for name in required:
-        spec = props.get(name) or {}
-        args[name] = _sample_value(name, spec, tool_name, seed)
-    return args
-
-
-def _sample_value(name: str, spec: dict[str, Any], tool_name: str, seed: int) -> Any:
-    kind = spec.get("type")
-    command = "echo hello from the llm-proxy demo"
-    if isinstance(kind, list):
-        kind = next((k for k in kind if k != "null"), "string")
-    if spec.get("enum"):
-        return spec["enum"][0]
-    if kind == "array":
-        if name in ("command", "cmd", "argv"):
-            return ["bash", "-lc", command]
-        return [_sample_value(name, spec.get("items") or {"type": "string"}, tool_name, seed)]
-    if kind in ("integer", "number"):
-        return 1000 if "timeout" in name else seed + 1
-    if kind == "boolean":
-        return False
-    if kind == "object":
-        return sample_arguments(spec, tool_name, seed)
-    if name in ("command", "cmd", "script"):
-        return command
-    if name in ("city", "location"):
-        return ["Paris", "Tokyo"][seed % 2]
-    return f"demo-{name}-{seed}"
 
 
 def _tool_name(tool: dict[str, Any]) -> str:

@@ -83,6 +83,10 @@ def test_v2_streams_exactly_one_compaction_item_then_completed(upstream: tuple[s
     if protocol == "responses":  # the upstream compacts itself: the trigger went up, its item came back
         assert sent["body"]["input"][-1] == TRIGGER
         assert done[0]["encrypted_content"].startswith("demo-compaction.")
+        # The proxy relayed the compaction item as it came: its log must not say it skipped it.
+        said = [line for line in proxy.log().splitlines() if rid in line]
+        assert any("stream end" in line for line in said)
+        assert not [line for line in said if "skipping" in line], said
         return
     assert done[0]["encrypted_content"].startswith(SEALED_PREFIX)
     assert ANSWER not in done[0]["encrypted_content"]  # sealed, not readable

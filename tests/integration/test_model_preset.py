@@ -36,9 +36,9 @@ def test_models_lists_the_preset_aliases_to_both_sdks(router_proxy: ProxyServer)
 
 
 @pytest.mark.parametrize(("client_model", "upstream_model"), [
-    ("claude-3-5-sonnet-20241022", "anthropic/claude-sonnet-4-5"),  # legacy rename
-    ("claude-sonnet-4-6", "anthropic/claude-sonnet-4-6"),  # alias
-    ("grok-4", "xai/grok-4"),  # prefix
+    ("claude-3-5-sonnet-20241022", "anthropic/claude-sonnet-4.5"),  # legacy rename
+    ("claude-sonnet-4-6", "anthropic/claude-sonnet-4.6"),  # alias, spelled as OpenRouter lists it
+    ("grok-4", "x-ai/grok-4"),  # prefix
     ("claude-opus-4-6", "anthropic/claude-opus-4.6-fast"),  # the config's own alias wins
 ])
 def test_a_request_reaches_the_upstream_under_the_routers_name(router_proxy: ProxyServer, demo_upstream: DemoUpstream,

@@ -10,6 +10,7 @@ Pure: must not import Flask or requests.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from proxy.config import Upstream
@@ -34,6 +35,8 @@ from proxy.ir.request import (
 )
 from proxy.ir.request import Reasoning as ReasoningConfig
 
+log = logging.getLogger(__name__)
+
 
 def encode(req: Request, model: str, upstream: Upstream) -> dict[str, Any]:
     """Build the Chat body for an OpenAI-compatible upstream from the IR.
@@ -49,8 +52,13 @@ def encode(req: Request, model: str, upstream: Upstream) -> dict[str, Any]:
         body["messages"].extend(_encode_message(msg, passback))
     if req.tools:
         body["tools"] = [_encode_tool(t) for t in req.tools]
-    if req.tool_choice is not None:
-        body["tool_choice"] = _encode_tool_choice(req.tool_choice, req.tools)
+        if req.tool_choice is not None:
+            body["tool_choice"] = _encode_tool_choice(req.tool_choice, req.tools)
+    elif req.tool_choice is not None and req.tool_choice.mode != "none":
+        # No function tool is left (only hosted tools were given, which a Chat upstream cannot run):
+        # OpenAI-compatible servers answer 400 to a tool_choice without tools, so it goes with them.
+        log.info("chat upstream: dropping tool_choice %r: no function tool is left to choose from",
+                 req.tool_choice.name or req.tool_choice.mode)
     if req.parallel_tool_calls is not None and req.tools:
         body["parallel_tool_calls"] = req.parallel_tool_calls
     if req.max_tokens is not None:

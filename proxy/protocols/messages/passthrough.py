@@ -68,7 +68,7 @@ def without_thinking(body: dict[str, Any], dropped: dict[str, int]) -> dict[str,
 
 class MessagesPassthroughStream(WatchedPassthrough):
     def __init__(self, thinking: bool = True, dropped: dict[str, int] | None = None) -> None:
-        super().__init__(MessagesStreamDecoder())
+        super().__init__(MessagesStreamDecoder(relayed=True))
         self._thinking = thinking
         self._dropped = {} if dropped is None else dropped  # counts for the request's log line
         self._dropped_indices: list[int] = []  # upstream indices of thinking blocks left out

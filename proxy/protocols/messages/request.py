@@ -3,7 +3,8 @@
 Owns reading what Claude Code, the Anthropic SDKs and the Vercel AI SDK send: `system` as a string
 or text blocks, content as a string or blocks (text, image, document, thinking, redacted_thinking,
 tool_use, tool_result), tools with `input_schema`, every `tool_choice` form, `thinking` and
-`output_config.effort`, `stop_sequences`, `metadata.user_id`. Tool results, which Anthropic puts in
+`output_config.effort`, `output_config.format` (and the beta's `output_format`), `stop_sequences`,
+`metadata.user_id`. Tool results, which Anthropic puts in
 a user turn, become IR "tool" messages ahead of that turn's other content, and the conversation is
 repaired so every tool call has its result (`proxy.ir.repair`). Fields with no IR home — beta
 features such as `context_management`, server tools, `cache_control` — are dropped with a log line,
@@ -123,7 +124,12 @@ def decode(body: dict[str, Any], count_tokens: bool = False) -> Request:
         req.user = metadata["user_id"]
     output_config = get(body, "output_config", dict, "") or {}
     req.reasoning = _decode_reasoning(body.get("thinking"), output_config)
+    # Structured output: GA `output_config.format`, or the `structured-outputs-2025-11-13` beta's
+    # top-level `output_format` (litellm sends it for `response_format` on Claude models) — the GA
+    # field wins if a client sends both.
     output_format = output_config.get("format")
+    if not isinstance(output_format, dict):
+        output_format = body.get("output_format")
     if isinstance(output_format, dict) and output_format.get("type") == "json_schema":
         req.response_format = ResponseFormat("json_schema", name="output", schema=output_format.get("schema"))
     dropped = sorted(k for k in body if k in ("context_management", "container", "mcp_servers", "service_tier",

@@ -36,6 +36,7 @@ from proxy.ir.events import (
     Start,
     UsageUpdate,
 )
+from proxy.ir.json_tool import TextFromCall
 from proxy.ir.request import ReasoningPart, TextPart, ToolCallPart
 from proxy.ir.response import ErrorInfo
 from proxy.protocols.fields import obj
@@ -63,13 +64,19 @@ class _Block:
 
 
 class MessagesStreamDecoder:
-    def __init__(self) -> None:
+    def __init__(self, relayed: bool = False) -> None:
+        """`relayed`: this decoder watches a passthrough stream, whose every block goes to the client
+        as it came — so a block with no IR place is relayed, not skipped, and is not logged as skipped."""
+        self._relayed = relayed
         self._started = False
         self._done = False
         self._open: dict[int, _Block] = {}  # open blocks by the upstream's index (= the IR block key)
         self._closed: set[int] = set()
         self._stop_reason: str | None = None
         self._stop_sequence: str | None = None
+        # The forced JSON tool's call is the answer's text (proxy.ir.json_tool) — for a translated
+        # stream; a passthrough relays the upstream's blocks as they are.
+        self._json_answer = None if relayed else TextFromCall()
 
     def feed(self, sse: SSEEvent) -> list[Event]:
         if self._done or not sse.data.strip():
@@ -83,7 +90,8 @@ class MessagesStreamDecoder:
             return []  # ping, and event types added after this was written
         if not self._started and kind not in ("message_start", "error"):
             return self._fail(f"upstream sent {kind} before message_start")
-        return handler(self, payload)
+        events = handler(self, payload)
+        return events if self._json_answer is None else [out for ev in events for out in self._json_answer.feed(ev)]
 
     def close(self) -> list[Event]:
         if self._done:
@@ -134,7 +142,8 @@ class MessagesStreamDecoder:
                                   index))
         else:
             self._open[index] = _Block("skip")
-            log.info("skipping an upstream %s block: clients of other protocols have no place for it", btype)
+            if not self._relayed:
+                log.info("skipping an upstream %s block: clients of other protocols have no place for it", btype)
         return out
 
     def _block_delta(self, payload: dict[str, Any]) -> list[Event]:

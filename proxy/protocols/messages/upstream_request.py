@@ -5,7 +5,9 @@ the conversation into `system`; tool results as `tool_result` blocks at the head
 consecutive turns of the same role merged so that turns alternate, starting with the user; images
 and PDFs as `image` / `document` blocks; tools with `input_schema`; `tool_choice` and parallel
 calls; `max_tokens` always set; a request for reasoning as `thinking` with a budget; `stop` as
-`stop_sequences`. Thinking blocks go back only with a real signature — one the proxy minted
+`stop_sequences`; a JSON schema as `output_config.format`, and any JSON object — which Messages has
+no mode for — as a forced tool whose call comes back as the answer's text (`proxy.ir.json_tool`).
+Thinking blocks go back only with a real signature — one the proxy minted
 (`proxy.ir.reasoning`) or none at all would be rejected by Anthropic as invalid.
 Pure: must not import Flask or requests.
 """
@@ -19,6 +21,7 @@ from typing import Any
 
 from proxy.config import Upstream
 from proxy.ir.custom_calls import custom_tool_as_function
+from proxy.ir.json_tool import wants_json_tool, with_json_tool
 from proxy.ir.reasoning import is_minted
 from proxy.ir.request import (
     ContentPart,
@@ -46,6 +49,8 @@ _TOOL_ID_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
 
 def encode(req: Request, model: str, upstream: Upstream) -> dict[str, Any]:
     """Build the Messages body for an Anthropic upstream from the IR."""
+    if wants_json_tool(req):  # any JSON object: Messages has no such mode, a forced tool carries it
+        req = with_json_tool(req)
     body: dict[str, Any] = {"model": model}
     system = [block for m in req.messages if m.role in ("system", "developer") for block in _text_blocks(m)]
     if system:
@@ -60,6 +65,12 @@ def encode(req: Request, model: str, upstream: Upstream) -> dict[str, Any]:
         # signed thinking block. A client of another protocol (Chat) could not keep it, so this
         # request goes without thinking rather than fail with a 400.
         log.info("thinking turned off: the last tool-calling assistant turn has no signed thinking block")
+        thinking = None
+    if thinking is not None and req.tools and req.tool_choice is not None and req.tool_choice.mode in ("tool",
+                                                                                                       "required"):
+        # Anthropic refuses thinking with a forced tool (tool_choice any or tool): the forced call —
+        # the client's own, or the JSON answer's — is what was asked for, so thinking gives way.
+        log.info("thinking turned off: Anthropic does not take it with a tool_choice that forces a tool")
         thinking = None
     if thinking is not None:
         budget = thinking.get("budget_tokens", 0)
@@ -91,8 +102,6 @@ def encode(req: Request, model: str, upstream: Upstream) -> dict[str, Any]:
 
 def _log_dropped(req: Request) -> None:
     dropped = [name for name in ("seed", "presence_penalty", "frequency_penalty") if getattr(req, name) is not None]
-    if req.response_format is not None and req.response_format.type == "json_object":
-        dropped.append("response_format json_object")
     dropped += sorted(req.extras)  # the client protocol's own fields with no Messages equivalent
     if dropped:
         log.info("anthropic upstream: dropping %s (no Messages equivalent)", ", ".join(dropped))

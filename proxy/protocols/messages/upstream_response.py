@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from proxy.ir import response as ir
+from proxy.ir.json_tool import text_from_calls
 from proxy.ir.request import OutputPart, ReasoningPart, TextPart, ToolCallPart
 from proxy.ir.response import Response
 from proxy.protocols.fields import objects
@@ -29,9 +30,9 @@ def decode(doc: dict[str, Any]) -> Response:
     output = [part for block in objects(doc, "content") for part in _part(block)]
     finish = FINISH_FROM_STOP_REASON.get(str(doc.get("stop_reason") or "end_turn"), ir.STOP)
     stop_sequence = doc.get("stop_sequence") if isinstance(doc.get("stop_sequence"), str) else None
-    return Response(id=str(doc.get("id") or ""), model=str(doc.get("model") or ""), created=int(time.time()),
-                    output=output, finish_reason=finish, stop_sequence=stop_sequence,
-                    usage=usage_from_anthropic(doc.get("usage")))
+    return text_from_calls(Response(id=str(doc.get("id") or ""), model=str(doc.get("model") or ""),
+                                    created=int(time.time()), output=output, finish_reason=finish,
+                                    stop_sequence=stop_sequence, usage=usage_from_anthropic(doc.get("usage"))))
 
 
 def _part(block: dict[str, Any]) -> list[OutputPart]:

@@ -37,7 +37,7 @@ class ResponsesPassthroughStream(WatchedPassthrough):
 
     def __init__(self, on_complete: Callable[[dict[str, Any]], None] | None = None,
                  previous_response_id: str | None = None) -> None:
-        super().__init__(ResponsesStreamDecoder())
+        super().__init__(ResponsesStreamDecoder(relayed=True))
         self._relayed_after_error = 0  # events relayed after the upstream's `error`
         self._errored = False  # the upstream sent `error`; its `response.failed` is still to come
         self._on_complete = on_complete

@@ -70,7 +70,10 @@ class _Item:
 
 
 class ResponsesStreamDecoder:
-    def __init__(self) -> None:
+    def __init__(self, relayed: bool = False) -> None:
+        """`relayed`: this decoder watches a passthrough stream, whose every item goes to the client as
+        it came — so an item with no IR place is relayed, not skipped, and is not logged as skipped."""
+        self._relayed = relayed
         self._started = False
         self._done = False
         self._items: list[_Item] = []  # open items, in the order they were announced
@@ -183,7 +186,7 @@ class ResponsesStreamDecoder:
             if itype == "custom_tool_call":
                 call.kind = "custom"
             self._open_block(current, call, out)
-        elif itype != "message":
+        elif itype != "message" and not self._relayed:
             log.info("skipping an upstream %s item: clients of other protocols have no place for it", itype)
         return current
 
