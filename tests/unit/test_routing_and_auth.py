@@ -54,12 +54,12 @@ def test_alias_on_an_upstream_serves_the_name_even_outside_its_patterns() -> Non
 
 def test_the_openrouter_preset_gives_the_documented_table() -> None:
     cfg = config({"models": {"preset": "openrouter"}})
-    assert routes(cfg, "claude-sonnet-4-6") == [("u0", "anthropic/claude-sonnet-4-6")]  # alias
-    assert routes(cfg, "claude-3-5-sonnet-20241022") == [("u0", "anthropic/claude-sonnet-4-5")]  # legacy rename
-    assert routes(cfg, "claude-fable-5") == [("u0", "anthropic/claude-fable-5")]  # prefix rules
+    assert routes(cfg, "claude-sonnet-4-6") == [("u0", "anthropic/claude-sonnet-4.6")]  # alias, OpenRouter's spelling
+    assert routes(cfg, "claude-3-5-sonnet-20241022") == [("u0", "anthropic/claude-sonnet-4.5")]  # legacy rename
+    assert routes(cfg, "claude-haiku-6") == [("u0", "anthropic/claude-haiku-6")]  # prefix rules
     assert routes(cfg, "gpt-6") == [("u0", "openai/gpt-6")]
     assert routes(cfg, "gemini-4-pro") == [("u0", "google/gemini-4-pro")]
-    assert routes(cfg, "grok-5") == [("u0", "xai/grok-5")]
+    assert routes(cfg, "grok-5") == [("u0", "x-ai/grok-5")]
     assert routes(cfg, "o3-pro") == [("u0", "openai/o3-pro")]
     assert routes(cfg, "deepseek-chat") == [("u0", "deepseek/deepseek-chat")]
     assert routes(cfg, "qwen3-coder") == [("u0", "qwen/qwen3-coder")]
@@ -76,13 +76,13 @@ def test_explicit_entries_win_over_the_preset() -> None:
         "preset": "openrouter",
         "aliases": {"claude-3-5-sonnet-20241022": "anthropic/claude-3.5-sonnet", "house": "meta-llama/llama-4"},
         "renames": {"claude-sonnet-4-6": "anthropic/claude-sonnet-4.6"},
-        "prefixes": {"grok-*": "x-ai/", "claude-fable-*": "anthropic-beta/"},
+        "prefixes": {"grok-*": "xai/", "claude-haiku-*": "anthropic-beta/"},
     }})
     assert routes(cfg, "claude-3-5-sonnet-20241022") == [("u0", "anthropic/claude-3.5-sonnet")]
     assert routes(cfg, "claude-sonnet-4-6") == [("u0", "anthropic/claude-sonnet-4.6")]
     assert routes(cfg, "house") == [("u0", "meta-llama/llama-4")]
-    assert routes(cfg, "grok-5") == [("u0", "x-ai/grok-5")]
-    assert routes(cfg, "claude-fable-5") == [("u0", "anthropic-beta/claude-fable-5")]  # tried before the preset's
+    assert routes(cfg, "grok-5") == [("u0", "xai/grok-5")]
+    assert routes(cfg, "claude-haiku-6") == [("u0", "anthropic-beta/claude-haiku-6")]  # tried before the preset's
     assert routes(cfg, "claude-opus-4-6") == [("u0", "anthropic/claude-opus-4.6")]  # the rest of the preset stays
     rules = cfg.upstreams[0].models
     assert "claude-sonnet-4-6" not in rules.aliases  # renamed explicitly: no longer listed
