@@ -20,6 +20,7 @@ from websockets.sync.client import connect
 from proxy.demo.scenarios import ANSWER
 from proxy.protocols.responses.compaction import SEALED_PREFIX, SUMMARY_HEADER, SUMMARY_INSTRUCTION
 from tests.conftest import CLIENT_KEY, DemoUpstream, ProxyServer, base_config, start_proxy, stop_proxy
+from tests.integration.upstreams import proxy_speaking
 
 PROTOCOLS = ("chat_completions", "messages", "responses")
 SHELL_TOOL = {"type": "function", "name": "shell", "description": "run a command", "strict": False,
@@ -36,11 +37,8 @@ TRIGGER = {"type": "compaction_trigger"}
 @pytest.fixture(scope="module", params=PROTOCOLS)
 def upstream(request: pytest.FixtureRequest, demo_upstream: DemoUpstream,
              tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, ProxyServer]]:
-    config = base_config(demo_upstream.url)
-    config["upstreams"][0]["protocol"] = request.param
-    server = start_proxy(config, tmp_path_factory.mktemp(f"compaction-{request.param}"))
-    yield request.param, server
-    stop_proxy(server)
+    with proxy_speaking(request.param, demo_upstream, tmp_path_factory.mktemp(f"compaction-{request.param}")) as server:
+        yield request.param, server
 
 
 def post(proxy: ProxyServer, path: str, body: dict[str, Any], rid: str) -> requests.Response:

@@ -16,7 +16,7 @@ from anthropic import Anthropic
 from openai import OpenAI
 
 from proxy.demo.scenarios import ANSWER
-from tests.conftest import CLIENT_KEY, DemoUpstream, ProxyServer, start_proxy, stop_proxy
+from tests.conftest import CLIENT_KEY, DemoUpstream, ProxyServer, base_config, start_proxy, stop_proxy
 from tests.integration.test_pool import ADMIN_KEY, account, admin
 
 WEATHER_PARAMS = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
@@ -36,6 +36,19 @@ def upstream_proxy(demo: DemoUpstream, tmp: Path, protocol: str, name: str, keys
     finally:
         stop_proxy(server)
         demo.control("/_demo/keys", method="DELETE")
+
+
+@contextlib.contextmanager
+def proxy_speaking(protocol: str, demo: DemoUpstream, tmp: Path, **overrides: Any) -> Iterator[ProxyServer]:
+    """The tests' usual proxy (conftest.base_config, with `overrides`) with its upstream speaking
+    `protocol`: for a module-scoped fixture parametrised over the upstream protocols."""
+    config = base_config(demo.url, **overrides)
+    config["upstreams"][0]["protocol"] = protocol
+    server = start_proxy(config, tmp)
+    try:
+        yield server
+    finally:
+        stop_proxy(server)
 
 
 def only_request(demo: DemoUpstream, request_id: str, path: str) -> dict[str, Any]:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+from typing import Any
 
 import pytest
 
@@ -111,3 +113,18 @@ def test_reasoning_controls(control: str, reasoning: dict, expected: dict) -> No
     from proxy.ir.request import Reasoning
 
     assert upstream_request.reasoning_fields(Reasoning(**reasoning), control) == expected
+
+
+def test_no_tool_choice_goes_to_a_chat_upstream_without_tools(caplog: Any) -> None:
+    """Only hosted tools were given (a Responses client's web_search), which a Chat upstream cannot
+    run: the tool_choice goes with them — OpenAI-compatible servers answer 400 to a tool_choice
+    without tools — and one log line says so."""
+    from proxy.protocols import registry
+
+    decoded = registry.get("responses").client.decode_request(
+        {"model": "m", "input": "find it", "tools": [{"type": "web_search"}], "tool_choice": "required"})
+    assert decoded.tools == [] and decoded.tool_choice is not None
+    with caplog.at_level(logging.INFO):
+        body = upstream_request.encode(decoded, "m", PLAIN)
+    assert "tool_choice" not in body and "tools" not in body
+    assert caplog.text.count("dropping tool_choice 'required': no function tool is left") == 1
