@@ -1,4 +1,5 @@
-"""The `llm-proxy` command: `serve`, `demo`, `check-config` and `state migrate | check | export | import`.
+"""The `llm-proxy` command: `serve`, `demo`, `check-config`, `config-schema` and
+`state migrate | check | export | import`.
 
 Owns the command line: validating the config before anything starts (an invalid config exits
 with status 2 and one line naming the key and the problem — no traceback), starting gunicorn
@@ -23,7 +24,7 @@ import textwrap
 from typing import Any
 
 from proxy import __version__
-from proxy.config import ConfigError
+from proxy.config import ConfigError, reference
 from proxy.protocols import registry
 from proxy.serving import master
 from proxy.serving.config_check import checked as load_checked
@@ -53,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     check = sub.add_parser("check-config", help="validate a config file and exit")
     check.add_argument("config", help="YAML config file")
 
+    sub.add_parser("config-schema", help="print the config file's JSON Schema (for editors that validate YAML)")
+
     state = sub.add_parser("state", help="the state file's schema; moving state between SQLite and Redis")
     state.add_argument("action", choices=("migrate", "check", "export", "import"),
                        help="migrate: create the state file or bring it to this version's schema; check: say what "
@@ -65,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "check-config":
         return _check(args.config)
+    if args.command == "config-schema":
+        sys.stdout.write(reference.schema_text())
+        return 0
     if args.command == "state":
         if args.action in ("export", "import") and args.file is None:
             parser.error(f"state {args.action} needs FILE (a JSON lines file, or - for standard "

@@ -1,0 +1,219 @@
+"""The configuration reference and the JSON Schema say what the loader does.
+
+proxy/config/reference.py describes the config file once; the reference page and the schema are
+made from that description. Here it is held to the loader itself: at every section the keys it lists
+are exactly those the loader knows (read from the loader's own "unknown key; expected one of …"),
+each default it states is the value the loader applies when the key is left out, an unknown key at
+any depth is refused by both the schema and the loader, every example config of the docs and the
+tests passes both, and the committed page and schema are what the module makes now.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxy.config import ConfigError, parse, reference
+from proxy.serving.cli import demo_config
+from tests.conftest import ROOT, base_config
+from tests.unit.test_config import MINIMAL
+
+REGENERATE = ("regenerate it: python -m proxy.config.reference --markdown > docs/configuration-reference.md; "
+              "python -m proxy.config.reference --schema > docs/config.schema.json")
+VALIDATOR = jsonschema.Draft202012Validator(reference.schema())
+
+Doc = dict[str, Any]
+
+
+def minimal() -> Doc:
+    return copy.deepcopy(MINIMAL)
+
+
+def upstream(doc: Doc) -> Doc:
+    up: Doc = doc["upstreams"][0]
+    return up
+
+
+def named_key(doc: Doc) -> Doc:
+    doc["client_keys"] = [{"name": "alice", "key": "sk-alice", "limits": {"max_concurrent": 1}}]
+    entry: Doc = doc["client_keys"][0]
+    return entry
+
+
+def on_redis(doc: Doc) -> Doc:
+    doc["state"] = {"backend": "redis", "sentinel": {"hosts": ["127.0.0.1:26379"], "service_name": "main"}}
+    return doc
+
+
+# Each section of the spec, and where it sits in a config that is otherwise valid.
+SECTIONS: dict[str, Callable[[Doc], Doc]] = {
+    "": lambda d: d,
+    "client_keys[]": named_key,
+    "client_keys[].limits": lambda d: named_key(d)["limits"],
+    "upstreams[]": upstream,
+    "upstreams[].accounts[]": lambda d: upstream(d)["accounts"][0],
+    "upstreams[].models": lambda d: upstream(d).setdefault("models", {}),
+    "upstreams[].timeouts": lambda d: upstream(d).setdefault("timeouts", {}),
+    "upstreams[].reasoning": lambda d: upstream(d).setdefault("reasoning", {}),
+    "upstreams[].pool": lambda d: upstream(d).setdefault("pool", {}),
+    "upstreams[].pool.rules[]": lambda d: upstream(d).setdefault("pool", {}).setdefault(
+        "rules", [{"status": 403, "class": "quota", "action": "cool"}])[0],
+    "upstreams[].pool.probe": lambda d: upstream(d).setdefault("pool", {}).setdefault("probe", {}),
+    "upstreams[].pool.balance": lambda d: upstream(d).setdefault("pool", {}).setdefault(
+        "balance", {"path": "/credits", "field": "total"}),
+    "timeouts": lambda d: d.setdefault("timeouts", {}),
+    "streaming": lambda d: d.setdefault("streaming", {}),
+    "response_store": lambda d: d.setdefault("response_store", {}),
+    "compaction": lambda d: d.setdefault("compaction", {}),
+    "state": lambda d: d.setdefault("state", {}),
+    "state.sentinel": lambda d: on_redis(d)["state"]["sentinel"],
+    "metrics": lambda d: d.setdefault("metrics", {}),
+    "logging": lambda d: d.setdefault("logging", {}),
+    "usage": lambda d: d.setdefault("usage", {}),
+}
+
+
+def spec_sections(section: reference.Section = reference.SPEC, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    yield prefix.rstrip("."), section
+    for key in section.keys:
+        if isinstance(key.value, reference.Section):
+            yield from spec_sections(key.value, prefix + key.name + ("[]" if key.listed else "") + ".")
+
+
+SPEC_SECTIONS = dict(spec_sections())
+
+
+def loader_keys(doc: Doc, target: Doc) -> tuple[str, set[str]]:
+    """Where the loader refuses an unknown key put in `target`, and the keys it says it expected."""
+    target["zz_not_a_key"] = 1
+    with pytest.raises(ConfigError) as caught:
+        parse(doc, environ={})
+    expected = re.search(r"unknown key; expected one of (.*)$", caught.value.problem)
+    assert expected, caught.value
+    return caught.value.path, set(expected.group(1).split(", "))
+
+
+def test_every_section_of_the_spec_is_tested() -> None:
+    assert set(SPEC_SECTIONS) == set(SECTIONS)
+
+
+@pytest.mark.parametrize("name", sorted(SECTIONS))
+def test_the_spec_lists_exactly_the_keys_the_loader_knows(name: str) -> None:
+    doc = minimal()
+    target = SECTIONS[name](doc)
+    parse(doc, environ={})  # valid before the unknown key goes in
+    path, known = loader_keys(doc, target)
+    assert path.endswith("zz_not_a_key")
+    assert {k.name for k in SPEC_SECTIONS[name].keys} == known, f"{name or 'top level'}: the loader knows {sorted(known)}"
+
+
+def spec_keys() -> Iterator[reference.Key]:
+    for section in SPEC_SECTIONS.values():
+        yield from section.keys
+
+
+@pytest.mark.parametrize("key", [k for k in spec_keys() if k.applies], ids=lambda k: k.applies[0])
+def test_each_stated_default_is_the_one_the_loader_applies(key: reference.Key) -> None:
+    assert key.applies is not None
+    where, value = key.applies
+    node: Any = parse(minimal(), environ={})
+    for part in where.split("."):
+        node = node[int(part)] if part.isdigit() else getattr(node, part)
+    assert node == value, f"{where}: the loader applies {node!r}, the reference says {value!r}"
+
+
+def test_every_key_has_a_meaning_and_a_default() -> None:
+    for path, kind, default, meaning in reference.rows():
+        assert kind and default and len(meaning) > 10, path
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(sorted(SECTIONS)), st.from_regex(r"[a-z][a-z_]{0,14}", fullmatch=True))
+def test_an_unknown_key_at_any_depth_is_refused_by_the_schema_and_the_loader(name: str, key: str) -> None:
+    doc = minimal()
+    target = SECTIONS[name](doc)
+    if key in {k.name for k in SPEC_SECTIONS[name].keys}:
+        return
+    assert VALIDATOR.is_valid(doc), list(VALIDATOR.iter_errors(doc))
+    target[key] = 1
+    assert not VALIDATOR.is_valid(doc)
+    with pytest.raises(ConfigError) as caught:
+        parse(doc, environ={})
+    assert caught.value.path.endswith(key)
+
+
+class AnyEnvironment(Mapping[str, str]):
+    """Every variable set, to something each key that reads one accepts."""
+
+    def __getitem__(self, name: str) -> str:
+        return "redis://127.0.0.1:6379/0" if "URL" in name else "x" * 40
+
+    def get(self, name: str, default: Any = None) -> str:
+        return self[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+def doc_examples() -> Iterator[tuple[str, Doc]]:
+    """Each YAML block of the docs that is a whole config file (it has upstreams)."""
+    for page in sorted((ROOT / "docs").rglob("*.md")):
+        for n, block in enumerate(re.findall(r"```ya?ml\n(.*?)```", page.read_text(encoding="utf-8"), re.DOTALL)):
+            doc = yaml.safe_load(block)
+            if isinstance(doc, dict) and "upstreams" in doc:
+                yield f"{page.relative_to(ROOT)}#{n}", doc
+
+
+EXAMPLES = [
+    *doc_examples(),
+    ("tests/unit/test_config.py MINIMAL", MINIMAL),
+    ("tests/conftest.py base_config", base_config("http://127.0.0.1:9000/v1")),
+    *((f"llm-proxy demo --upstream-protocol {p}", yaml.safe_load(demo_config("http://127.0.0.1:9/v1", "s.db", p,
+                                                                                "adm-1")))
+      for p in ("chat_completions", "messages", "responses")),
+]
+
+
+def test_the_docs_show_whole_configs() -> None:
+    assert sum(1 for name, _ in EXAMPLES if name.startswith("docs")) >= 3
+
+
+@pytest.mark.parametrize(("name", "doc"), EXAMPLES, ids=[name for name, _ in EXAMPLES])
+def test_every_example_config_passes_the_schema_and_the_loader(name: str, doc: Doc) -> None:
+    errors = [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in VALIDATOR.iter_errors(doc)]
+    assert not errors, "\n".join(errors)
+    parse(copy.deepcopy(doc), environ=AnyEnvironment())
+
+
+def test_the_schema_is_a_valid_draft_2020_12_schema() -> None:
+    jsonschema.Draft202012Validator.check_schema(reference.schema())
+
+
+def test_the_committed_reference_page_is_current() -> None:
+    committed = (ROOT / "docs" / "configuration-reference.md").read_text(encoding="utf-8")
+    assert committed == reference.markdown(), "docs/configuration-reference.md is stale; " + REGENERATE
+
+
+def test_the_committed_schema_is_current() -> None:
+    committed = (ROOT / "docs" / "config.schema.json").read_text(encoding="utf-8")
+    assert committed == reference.schema_text(), "docs/config.schema.json is stale; " + REGENERATE
+
+
+def test_llm_proxy_config_schema_prints_the_schema() -> None:
+    out = subprocess.run([sys.executable, "-m", "proxy.serving.cli", "config-schema"], capture_output=True,
+                         text=True, timeout=60, check=True, cwd=ROOT).stdout
+    assert json.loads(out) == reference.schema()
