@@ -4,8 +4,8 @@ proxy/config/reference.py describes the config file once; the reference page and
 made from that description. Here it is held to the loader itself: at every section the keys it lists
 are exactly those the loader knows (read from the loader's own "unknown key; expected one of …"),
 each default it states is the value the loader applies when the key is left out, an unknown key at
-any depth is refused by both the schema and the loader, every example config of the docs and the
-tests passes both, and the committed page and schema are what the module makes now.
+any depth is refused by both the schema and the loader, every example config of the guide (each
+YAML block of config keys), of the tests and of the demo passes both, and the committed page and schema are what the module makes now.
 """
 
 from __future__ import annotations
@@ -169,13 +169,17 @@ class AnyEnvironment(Mapping[str, str]):
         return 0
 
 
+TOP_LEVEL = {key.name for key in reference.SPEC.keys}
+
+
 def doc_examples() -> Iterator[tuple[str, Doc]]:
-    """Each YAML block of the docs that is a whole config file (it has upstreams)."""
+    """Each YAML block of the guide that is a config file or part of one (its keys are top-level keys of
+    the config), the part completed with what a minimal config has that it does not."""
     for page in sorted((ROOT / "docs").rglob("*.md")):
         for n, block in enumerate(re.findall(r"```ya?ml\n(.*?)```", page.read_text(encoding="utf-8"), re.DOTALL)):
             doc = yaml.safe_load(block)
-            if isinstance(doc, dict) and "upstreams" in doc:
-                yield f"{page.relative_to(ROOT)}#{n}", doc
+            if isinstance(doc, dict) and doc and set(doc) <= TOP_LEVEL:
+                yield f"{page.relative_to(ROOT)}#{n}", {**minimal(), **doc}
 
 
 EXAMPLES = [
@@ -188,8 +192,8 @@ EXAMPLES = [
 ]
 
 
-def test_the_docs_show_whole_configs() -> None:
-    assert sum(1 for name, _ in EXAMPLES if name.startswith("docs")) >= 3
+def test_the_guide_shows_configs() -> None:
+    assert sum(1 for name, _ in EXAMPLES if name.startswith("docs")) >= 5
 
 
 @pytest.mark.parametrize(("name", "doc"), EXAMPLES, ids=[name for name, _ in EXAMPLES])

@@ -166,7 +166,8 @@ def _timeouts(top_level: bool) -> Section:
     return Section((*keys, _k(
         "first_byte_total", number(0.001),
         "Seconds a streaming request's client waits for its first byte, across all attempts and upstreams: then "
-        "it gets a 504 saying what was tried. If the upstream's headers came but its first event has not by "
+        "it gets a 504 saying what was tried (`upstream 'main': 3 accounts tried, 30s each; no response headers "
+        "within 60s in total`). If the upstream's headers came but its first event has not by "
         "then, the client gets the protocol's keepalive (`streaming.idle_timeout` bounds the rest) — or a 504 on "
         "a Responses-to-Responses stream, which has no keepalive before the upstream's first event. Top level "
         "only.", "60", applies=("timeouts.first_byte_total", 60.0))))
@@ -175,10 +176,14 @@ def _timeouts(top_level: bool) -> Section:
 REASONING = Section((
     _k("passback", {"anyOf": [{"enum": ["auto"]}, BOOLEAN]},
        "When reasoning from earlier turns goes back as `reasoning_content` (DeepSeek's thinking mode answers 400 "
-       "to an assistant tool-call message without it). `auto`: on assistant messages with tool calls, the "
-       "reasoning of that turn when it came from an OpenAI-compatible upstream. `true`: every assistant "
-       "message's readable reasoning, and an empty `reasoning_content` on a tool-call message that has none. "
-       "`false`: never.", "auto", applies=("upstreams.0.reasoning.passback", "auto")),
+       "to an assistant tool-call message without it, while other compatible servers may refuse the field). "
+       "`auto`: on assistant messages that carry tool calls, the reasoning of that turn when it came from an "
+       "OpenAI-compatible upstream (thinking blocks the proxy signed, reasoning items without OpenAI's "
+       "`encrypted_content`) — every tool-call turn of the history, in every request; Anthropic's or OpenAI's "
+       "own thinking never goes. `true`: every assistant "
+       "message's readable reasoning, whatever produced it, and an empty `reasoning_content` on a tool-call "
+       "message that has none (for a strict backend serving a history another model made). `false`: never (for "
+       "a server that refuses the field).", "auto", applies=("upstreams.0.reasoning.passback", "auto")),
     _k("control", one_of(REASONING_CONTROLS),
        "(OpenAI-compatible upstreams only.) How a client's request for reasoning is spelled for this upstream: "
        "`reasoning_effort` (OpenAI; a thinking budget maps to low ≤ 2048 < medium ≤ 8192 < high), `deepseek` "
@@ -229,7 +234,8 @@ POOL = Section((
     _k("affinity", {"anyOf": [BOOLEAN, {"enum": ["on", "off"]}]},
        "Conversation affinity: a conversation's next turn goes to the account that served its previous turn "
        "while that account is in rotation and below `max_concurrency` (prompt caches are per account). `off` "
-       "leaves every turn to `policy`.", "on", applies=("upstreams.0.pool.affinity", True)),
+       "leaves every turn to `policy`. See [Configuration](configuration.md#the-account-pool).", "on",
+       applies=("upstreams.0.pool.affinity", True)),
     _k("affinity_ttl", number(1), "Seconds a conversation's account is remembered after its last turn.", "3600",
        applies=("upstreams.0.pool.affinity_ttl", 3600.0)),
     _k("affinity_header", {"type": "string", "pattern": r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$"},
@@ -267,7 +273,8 @@ UPSTREAM = Section((
                                                   "not": {"enum": list(UNREMOVABLE)}}},
        "Request fields this upstream rejects, removed from every request to it, passthrough and translated "
        "alike; `cache_control` also wherever Anthropic puts it. Other names are removed at the top level only. "
-       f"{', '.join(f'`{n}`' for n in UNREMOVABLE)} cannot be listed."),
+       f"{', '.join(f'`{n}`' for n in UNREMOVABLE)} cannot be listed. The first request that carried a listed field "
+       "logs one `info` line naming the upstream and the field (once per field, upstream and worker)."),
 ))
 
 SENTINEL = Section((
@@ -295,8 +302,10 @@ STATE = Section((
 ))
 
 SPEC = Section((
-    _k("client_keys", CLIENT_KEY, "Keys clients may present: plain strings, or named entries that may be "
-                                  "restricted to models, disabled, or limited.", "—", required=True,
+    _k("client_keys", CLIENT_KEY, "Keys clients may present (`Authorization: Bearer` or `x-api-key`), compared in "
+                                  "constant time: plain strings, or named entries that may be restricted to models, "
+                                  "disabled, or limited. Logs and usage show the name (a plain string's is `key-` "
+                                  "and a hash prefix), never the key.", "—", required=True,
        listed="list_or_one"),
     _k("admin_keys", one_or_list(STRING, non_empty=False),
        "Keys for `/admin/` (the admin API and the status page) and `GET /metrics`; without any, the admin API "
