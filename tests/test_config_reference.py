@@ -221,3 +221,65 @@ def test_llm_proxy_config_schema_prints_the_schema() -> None:
     out = subprocess.run([sys.executable, "-m", "proxy.serving.cli", "config-schema"], capture_output=True,
                          text=True, timeout=60, check=True, cwd=ROOT).stdout
     assert json.loads(out) == reference.schema()
+
+
+def with_value(where: str, value: Any) -> Doc:
+    """The minimal config with `value` at the dotted path `where` (digits index lists)."""
+    doc = minimal()
+    node: Any = doc
+    parts = where.split(".")
+    for part in parts[:-1]:
+        node = node[int(part)] if part.isdigit() else node.setdefault(part, {})
+    node[parts[-1]] = value
+    return doc
+
+
+# The forms a value may take: the schema and the loader must agree on each, accepted or refused.
+FORMS: list[tuple[str, Any, bool]] = [
+    ("client_keys", "sk-alone", True),
+    ("client_keys", ["sk-a", {"name": "bob", "key": "sk-bob", "models": "gpt-*"}], True),
+    ("client_keys", [{"name": "bob"}], False),
+    ("client_keys", [{"name": "bob", "key": "sk-bob", "limits": {"per_hour": 3}}], False),
+    ("admin_keys", "adm-1", True),
+    ("proxies", "http://127.0.0.1:3128", True),
+    ("proxies", ["http://127.0.0.1:3128", "socks5h://127.0.0.1:1080"], True),
+    ("proxies", [], False),
+    ("max_body_bytes", "32MiB", True),
+    ("max_body_bytes", "${BODY:-1024}", True),
+    ("timeouts.connect", "${CONNECT:-5}", True),
+    ("timeouts.connect", True, False),
+    ("log_level", "loud", False),
+    ("state_path", None, True),
+    ("state.backend", "mysql", False),
+    ("upstreams.0.models.serve", "gpt-*", True),
+    ("upstreams.0.models.aliases", {"any-name": "target"}, True),
+    ("upstreams.0.headers", {"X-Anything": "v"}, True),
+    ("upstreams.0.pool.affinity", "off", True),
+    ("upstreams.0.pool.affinity", "maybe", False),
+    ("upstreams.0.pool.policy", "random", False),
+    ("upstreams.0.pool.rules", [{"status": [429, 402], "class": "x", "action": "cool"}], True),
+    ("upstreams.0.pool.rules", [{"status": 403, "class": "x", "action": "explode"}], False),
+    ("upstreams.0.reasoning.passback", False, True),
+    ("upstreams.0.reasoning.passback", "sometimes", False),
+    ("upstreams.0.unsupported", ["cache_control", "top_k"], True),
+    ("upstreams.0.unsupported", ["model"], False),
+    ("upstreams.0.max_tokens_field", "max_completion_tokens", True),
+    ("upstreams.0.accounts", [], False),
+    ("upstreams.0.accounts.0.proxy", "socks5://127.0.0.1:1080", True),
+    ("upstreams.0.base_url", "ftp://example.com", False),
+    ("compaction.key", "short", False),
+    ("logging.format", "json", True),
+    ("usage.retention_days", 0, False),
+]
+
+
+@pytest.mark.parametrize(("where", "value", "accepted"), FORMS, ids=[f"{w}={v!r}" for w, v, _ in FORMS])
+def test_the_schema_and_the_loader_agree_on_each_form(where: str, value: Any, accepted: bool) -> None:
+    doc = with_value(where, value)
+    assert VALIDATOR.is_valid(doc) is accepted, list(VALIDATOR.iter_errors(doc))
+    try:
+        parse(doc, environ={})
+        loaded = True
+    except ConfigError:
+        loaded = False
+    assert loaded is accepted

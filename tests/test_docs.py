@@ -180,6 +180,13 @@ def test_the_readme_links_every_page_of_the_guide() -> None:
     assert not missing, "README.md does not link these guide pages: " + ", ".join(missing)
 
 
+def test_every_code_fence_is_closed() -> None:
+    # An unclosed fence swallows the rest of its page into one code block, and mkdocs says nothing.
+    odd = [str(page.relative_to(ROOT)) for page in [ROOT / "README.md", *PAGES]
+           if len(re.findall(r"^\s*```", page.read_text(encoding="utf-8"), re.MULTILINE)) % 2]
+    assert not odd, "a code fence is left open in: " + ", ".join(odd)
+
+
 def test_every_page_of_the_guide_is_in_its_nav() -> None:
     pages = {str(p.relative_to(ROOT / "docs")) for p in PAGES}
     assert pages == set(nav_pages())
