@@ -187,8 +187,8 @@ REASONING = Section((
     _k("control", one_of(REASONING_CONTROLS),
        "(OpenAI-compatible upstreams only.) How a client's request for reasoning is spelled for this upstream: "
        "`reasoning_effort` (OpenAI; a thinking budget maps to low ≤ 2048 < medium ≤ 8192 < high), `deepseek` "
-       "(`thinking: {type}`), `qwen` (`enable_thinking`, `thinking_budget`), `openrouter` (`reasoning: {effort "
-       "| max_tokens}`), or `none` (removed).", "none", applies=("upstreams.0.reasoning.control", "none")),
+       "(`thinking: {type}`), `qwen` (`enable_thinking`, `thinking_budget`), `openrouter` (`reasoning: {effort}` or "
+       "`reasoning: {max_tokens}`), or `none` (removed).", "none", applies=("upstreams.0.reasoning.control", "none")),
 ))
 
 RULE = Section((
