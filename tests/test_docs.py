@@ -187,6 +187,17 @@ def test_every_code_fence_is_closed() -> None:
     assert not odd, "a code fence is left open in: " + ", ".join(odd)
 
 
+def test_every_page_has_one_title() -> None:
+    # A section moved in at the wrong level becomes a second page title in the site's navigation.
+    wrong = []
+    for page in PAGES:
+        prose = re.sub(r"^\s*```.*?^\s*```", "", page.read_text(encoding="utf-8"), flags=re.MULTILINE | re.DOTALL)
+        titles = re.findall(r"^# .*", prose, re.MULTILINE)
+        if len(titles) != 1:
+            wrong.append(f"{page.relative_to(ROOT)}: {titles}")
+    assert not wrong, "pages without exactly one '# ' title:\n" + "\n".join(wrong)
+
+
 def test_every_page_of_the_guide_is_in_its_nav() -> None:
     pages = {str(p.relative_to(ROOT / "docs")) for p in PAGES}
     assert pages == set(nav_pages())
