@@ -24,7 +24,7 @@ from proxy.ops.redis_usage_store import RedisUsageStore
 from proxy.ops.sqlite_usage_store import SQLiteUsageStore
 from proxy.ops.usage_store import MemoryUsageStore, UsageStore
 from proxy.pool.affinity import AffinityStore, SQLiteAffinity
-from proxy.pool.pool import SlotLedger
+from proxy.pool.lease import SlotLedger
 from proxy.pool.redis_slots import RedisSlots
 from proxy.pool.redis_store import RedisStore
 from proxy.pool.store import MemoryStore, SQLiteStore, StateStore
