@@ -15,6 +15,7 @@ Each failure says how to fix it.
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -219,3 +220,27 @@ def test_no_import_circle_between_modules() -> None:
         "type the dependency with a Protocol declared on the lower side; an import inside a function or "
         "under TYPE_CHECKING still counts. `grimp` (installed with import-linter) shows the chain: "
         "graph.find_shortest_chain(importer, imported).")
+
+
+STORE_OPENER = PROXY / "serving" / "state_backend.py"
+# A store kept in the state file or Redis, by the names they go by: SQLite…, Redis…, Shared….
+_SHARED_STORE = re.compile(r"(SQLite|Redis|Shared)[A-Z]\w*")
+
+
+def test_every_shared_store_is_opened_in_one_place() -> None:
+    """Memory, the state file or Redis is picked for every kind of store by one rule, in one module."""
+    opened = []
+    for path in sorted(PROXY.rglob("*.py")):
+        if path == STORE_OPENER:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.Call):
+                continue
+            name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+            called = ast.unparse(node.func)
+            if _SHARED_STORE.fullmatch(name) or called == "StateFile.open":
+                opened.append(f"{path.relative_to(ROOT)}:{node.lineno} {called}(…)")
+    assert not opened, (
+        "stores opened outside proxy/serving/state_backend.py:\n" + "\n".join(opened) + "\nOpen it there: "
+        "a kind of store is one entry of KINDS (how it is made in memory, in the state file, in Redis) and "
+        "one field of Stores; take it from `open_stores(config)` (the app's state carries what endpoints need).")
