@@ -7,7 +7,7 @@ Owns that list, for the app factory (proxy.serving.app) at start and for a reloa
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 from proxy.blueprints.auth import KeyChecker
 from proxy.config import Config
@@ -22,8 +22,19 @@ from proxy.upstream.client import UpstreamClient
 from proxy.upstream.keeper import PoolKeeper
 
 
+class ConfigParts(TypedDict):
+    """The `AppState` fields a config builds (and a reload builds again)."""
+
+    config: Config
+    relay: Relay
+    catalog: Catalog
+    pools: dict[str, AccountPool]
+    client_keys: KeyChecker
+    admin_keys: KeyChecker
+
+
 def config_parts(config: Config, keeper: PoolKeeper, client: UpstreamClient, hooks: HookSet,
-                 reload: bool = False, affinity: Affinity | None = None) -> dict[str, Any]:
+                 reload: bool = False, affinity: Affinity | None = None) -> ConfigParts:
     """The `AppState` fields built from the config: its pools (the keeper's own where the upstream
     is still configured, so leases out and `max_concurrency` stay right; a reload reconciles each
     with the file, proxy.pool.membership), the router and relay, the catalog and the key checkers."""
@@ -36,5 +47,5 @@ def config_parts(config: Config, keeper: PoolKeeper, client: UpstreamClient, hoo
     secrets = tuple(a.api_key for u in config.upstreams for a in u.accounts)
     relay = Relay(config, Router(config.upstreams), pools, HTTPTransport(client, pools), secrets, hooks=hooks,
                   affinity=affinity)
-    return {"config": config, "relay": relay, "catalog": Catalog(config, pools, client), "pools": pools,
-            "client_keys": KeyChecker(config.client_keys), "admin_keys": KeyChecker(config.admin_keys)}
+    return ConfigParts(config=config, relay=relay, catalog=Catalog(config, pools, client), pools=pools,
+                       client_keys=KeyChecker(config.client_keys), admin_keys=KeyChecker(config.admin_keys))
