@@ -32,6 +32,7 @@ import gevent  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.usage_overhead import CannedTransport  # noqa: E402
+from proxy.blueprints.state import app_state  # noqa: E402
 from proxy.config import parse  # noqa: E402
 from proxy.serving.app import create_app  # noqa: E402
 from tests.redis_server import start_redis  # noqa: E402
@@ -55,7 +56,7 @@ def run(state: dict[str, Any], state_path: str, n: int, concurrency: int,
                     "upstreams": [{"name": "main", "protocol": "chat_completions",
                                    "base_url": "http://bench.invalid/v1", "accounts": [account]}]})
     app = create_app(config)
-    app.extensions["llm_proxy"].relay.transport = CannedTransport()
+    app_state(app).relay.transport = CannedTransport()
     client = app.test_client()
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     headers = {"Authorization": "Bearer sk-bench"}
@@ -72,7 +73,7 @@ def run(state: dict[str, Any], state_path: str, n: int, concurrency: int,
     done = n // concurrency * concurrency
     wall, cpu = (time.perf_counter() - wall) / done * 1e6, (time.process_time() - cpu) / done * 1e6
     redis_cpu = (server_cpu(redis_pid) - redis_before) / done * 1e6 if redis_pid else 0.0
-    app.extensions["llm_proxy"].keeper.stop()
+    app_state(app).keeper.stop()
     return wall, cpu, redis_cpu
 
 

@@ -37,6 +37,7 @@ import gevent  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from proxy.blueprints.state import app_state  # noqa: E402
 from proxy.config import parse  # noqa: E402
 from proxy.ir.response import Usage  # noqa: E402
 from proxy.ops.hooks import HookSet  # noqa: E402
@@ -159,7 +160,7 @@ def end_to_end(state_path: str, accounting: bool, n: int, concurrency: int = 1) 
                     "upstreams": [{"name": "main", "protocol": "chat_completions", "base_url": "http://bench.invalid/v1",
                                    "accounts": [{"id": "a1", "api_key": "sk-up-bench"}]}]})
     app = create_app(config, start_background=False)
-    state = app.extensions["llm_proxy"]
+    state = app_state(app)
     state.relay.transport = CannedTransport()
     if not accounting:
         state.hooks.hooks = [h for h in state.hooks.hooks if not isinstance(h, UsageAccounting | RecentRequests)]

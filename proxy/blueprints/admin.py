@@ -25,9 +25,10 @@ import os
 import time
 from typing import Any
 
-from flask import Blueprint, Response, current_app, jsonify, request
+from flask import Blueprint, Response, jsonify, request
 
 from proxy.blueprints.http import json_body
+from proxy.blueprints.state import AppState, app_state
 from proxy.config import parse_account
 from proxy.config.values import ConfigError
 from proxy.errors import ProxyError
@@ -37,8 +38,8 @@ from proxy.upstream.keeper import blocking
 bp = Blueprint("admin", __name__)
 
 
-def _state() -> Any:
-    return current_app.extensions["llm_proxy"]
+def _state() -> AppState:
+    return app_state()
 
 
 def _pool(upstream: str) -> AccountPool:

@@ -12,11 +12,11 @@ of /admin/.
 from __future__ import annotations
 
 import os
-from typing import Any
 
-from flask import Blueprint, Response, current_app, jsonify
+from flask import Blueprint, Response, jsonify
 
 from proxy import __version__
+from proxy.blueprints.state import app_state
 from proxy.logs import iso_time
 
 bp = Blueprint("admin_status", __name__)
@@ -24,7 +24,7 @@ bp = Blueprint("admin_status", __name__)
 
 @bp.get("/admin/status")
 def status() -> Response:
-    state: Any = current_app.extensions["llm_proxy"]
+    state = app_state()
     source = state.config.source
     return jsonify({
         "open_streams": state.live.open_streams(),

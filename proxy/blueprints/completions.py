@@ -18,10 +18,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from flask import Blueprint, Response, current_app, g, request
+from flask import Blueprint, Response, g, request
 
 from proxy.blueprints.auth import check_model
 from proxy.blueprints.http import client_key, client_key_name, client_socket, json_body, relay_response
+from proxy.blueprints.state import AppState, app_state
 from proxy.config.keys import ClientKey
 from proxy.errors import ProxyError
 from proxy.ops.hooks import HookSet
@@ -31,15 +32,14 @@ from proxy.protocols.codec import ClientSide, Protocol
 from proxy.protocols.exchange import Exchange
 
 
-def admit(state: Any, entry: ClientKey | None, client: ClientSide, record: RequestRecord,
+def admit(state: AppState, entry: ClientKey | None, client: ClientSide, record: RequestRecord,
           body: dict[str, Any]) -> None:
     """What the client's key allows, checked before any upstream: a model outside its `models`
     (403), a request over one of its `limits` (429; else reserved until the request ends,
     proxy.limits). Every way in to a completion calls it — this endpoint, the Responses WebSocket,
     compaction — so no transport skips a key's limits."""
     check_model(entry, record.model)
-    if state.limiter is not None:
-        state.limiter.admit(entry, record, lambda: client.decode_request(body), body)
+    state.limiter.admit(entry, record, lambda: client.decode_request(body), body)
 
 
 @contextmanager
@@ -62,7 +62,7 @@ def completions_blueprint(protocol: Protocol) -> Blueprint:
 
     @bp.post(client.path)
     def create() -> Response:
-        state = current_app.extensions["llm_proxy"]
+        state = app_state()
         record = RequestRecord(g.request_id, client_key_name(), protocol.name, model="", stream=False)
         request.environ[ENVIRON_KEY] = record  # for the access line (proxy/serving/access_log.py)
         with recorded(state.hooks, record):

@@ -22,6 +22,7 @@ from werkzeug.wsgi import get_input_stream
 from proxy import logs
 from proxy.blueprints import status_page
 from proxy.blueprints.auth import presented_key
+from proxy.blueprints.state import app_state
 from proxy.config import Config
 from proxy.config.keys import ClientKey
 from proxy.errors import ProxyError, invalid, kind_for_status
@@ -66,7 +67,7 @@ def public_paths(config: Config) -> tuple[str, ...]:
 def install(app: Flask) -> None:
     """The edge's hooks. Keys and limits come from the app's state as it is when a request starts,
     so a config reload changes them for the next request (proxy.serving.reconfigure)."""
-    app.config["MAX_CONTENT_LENGTH"] = app.extensions["llm_proxy"].config.max_body_bytes
+    app.config["MAX_CONTENT_LENGTH"] = app_state(app).config.max_body_bytes
 
     @app.before_request
     def _begin() -> Response | None:
@@ -75,7 +76,7 @@ def install(app: Flask) -> None:
         logs.request_id.set(g.request_id)
         if request.method == "OPTIONS":
             return _preflight()
-        state = current_app.extensions["llm_proxy"]
+        state = app_state()
         if request.path in PUBLIC_PATHS or request.path in public_paths(state.config):
             return None
         admin = request.path.startswith("/admin/") or request.path in ADMIN_PATHS
@@ -150,7 +151,7 @@ def _refused(err: ProxyError) -> ProxyError:
     if protocol is not None and request.method == "POST" and request.path == protocol.client.path:
         record = RequestRecord(g.request_id, client_key_name(), protocol.name, model="", stream=False)
         record.finish(err.info.status, err.info.kind)
-        current_app.extensions["llm_proxy"].hooks.request_done(record)
+        app_state().hooks.request_done(record)
     return err
 
 

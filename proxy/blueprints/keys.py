@@ -15,14 +15,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, Response, current_app, jsonify
+from flask import Blueprint, Response, jsonify
+
+from proxy.blueprints.state import app_state
 
 bp = Blueprint("keys", __name__)
 
 
 @bp.get("/admin/keys")
 def keys() -> Response:
-    state = current_app.extensions["llm_proxy"]
+    state = app_state()
     rows: list[dict[str, Any]] = []
     for entry in state.config.client_keys:
         limits = entry.limits
@@ -30,6 +32,6 @@ def keys() -> Response:
             "name": entry.name, "disabled": entry.disabled,
             "models": list(entry.models) if entry.models is not None else None,
             "limits": dict(limits.items()) if limits is not None else None,
-            "budget": state.limiter.status(entry) if state.limiter is not None else None,
+            "budget": state.limiter.status(entry),
         })
     return jsonify({"data": rows})

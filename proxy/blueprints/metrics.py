@@ -8,23 +8,18 @@ how: proxy/ops/metrics.py.
 
 from __future__ import annotations
 
-from typing import Any
+from flask import Blueprint, Response, request
 
-from flask import Blueprint, Response, current_app, request
-
+from proxy.blueprints.state import app_state
 from proxy.errors import ProxyError
 from proxy.ops.metrics import render
 
 bp = Blueprint("metrics", __name__)
 
 
-def _state() -> Any:
-    return current_app.extensions["llm_proxy"]
-
-
 @bp.get("/metrics")
 def metrics() -> Response:
-    state = _state()
+    state = app_state()
     if state.metrics is None:
         raise ProxyError(404, "Metrics are turned off in this proxy's config (metrics.enabled: false).", "not_found")
     state.keeper.sync()

@@ -12,7 +12,9 @@ store answers (`ok`, or `degraded` with `state_down_since` while Redis is away).
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, current_app, jsonify
+from flask import Blueprint, Response, jsonify
+
+from proxy.blueprints.state import app_state
 
 bp = Blueprint("readiness", __name__)
 
@@ -20,15 +22,16 @@ bp = Blueprint("readiness", __name__)
 @bp.get("/readyz")
 def ready() -> Response:
     upstreams = {}
-    for name, pool in current_app.extensions["llm_proxy"].pools.items():
+    state = app_state()
+    for name, pool in state.pools.items():
         seen = pool.availability()
         cooling = seen.cooling + seen.proxies_cooling
         upstreams[name] = {"active": seen.total - cooling - seen.disabled, "cooling": cooling,
                            "disabled": seen.disabled}
     ready = all(counts["active"] > 0 for counts in upstreams.values())
-    health = current_app.extensions["llm_proxy"].store_health
+    health = state.store_health
     # A shared store (Redis) that cannot be reached degrades the proxy but does not stop it: each
     # worker routes on its last known state, so this stays 200 while accounts are usable.
-    resp = jsonify({"ready": ready, **(health.public() if health is not None else {}), "upstreams": upstreams})
+    resp = jsonify({"ready": ready, **health.public(), "upstreams": upstreams})
     resp.status_code = 200 if ready else 503
     return resp

@@ -6,7 +6,7 @@ refused answers 400 with the problem, naming the key (`upstreams[0].base_url: �
 changes. Otherwise every worker reloads, as on SIGHUP, and the answer says whether this one has
 switched: 200 `{"reloaded": true, "generation", "source", "loaded_at"}`, or 202 with
 `"reloaded": false` if it had not within a few seconds. The reload itself is the serving layer's
-(`app.extensions["llm_proxy_reload"]`, proxy.serving.reconfigure); this module only speaks HTTP.
+(`AppState.reloader`, proxy.serving.reconfigure); this module only speaks HTTP.
 
 `GET /admin/config` → `{"source", "loaded_at", "generation", "worker"}`: the file, when this
 worker loaded it (ISO 8601, UTC), its generation (1 at start, one more per reload the host
@@ -16,10 +16,10 @@ accepted) and the worker's pid — with several workers, each answers for itself
 from __future__ import annotations
 
 import os
-from typing import Any
 
-from flask import Blueprint, Response, current_app, jsonify
+from flask import Blueprint, Response, jsonify
 
+from proxy.blueprints.state import app_state
 from proxy.config import ConfigError
 from proxy.errors import ProxyError
 from proxy.logs import iso_time
@@ -30,7 +30,7 @@ bp = Blueprint("reload", __name__)
 @bp.post("/admin/reload")
 def reload() -> Response:
     try:
-        outcome: dict[str, Any] = current_app.extensions["llm_proxy_reload"].request()
+        outcome = app_state().reloader.request()
     except ConfigError as exc:
         raise ProxyError(400, f"The config was not reloaded: {exc}", "invalid_request",
                          code="invalid_config") from None
@@ -41,6 +41,6 @@ def reload() -> Response:
 
 @bp.get("/admin/config")
 def config() -> Response:
-    state = current_app.extensions["llm_proxy"]
+    state = app_state()
     return jsonify({"source": state.config_source, "loaded_at": iso_time(state.config_loaded_at),
                     "generation": state.config_generation, "worker": os.getpid()})

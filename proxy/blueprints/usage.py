@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import time
 
-from flask import Blueprint, Response, current_app, jsonify, request
+from flask import Blueprint, Response, jsonify, request
 
+from proxy.blueprints.state import app_state
 from proxy.errors import ProxyError, invalid
 from proxy.ops.recent import entry_json
 from proxy.ops.usage_query import answer_csv, answer_json, parse_query
@@ -30,7 +31,7 @@ bp = Blueprint("usage", __name__)
 
 
 def _writer() -> UsageWriter:
-    writer: UsageWriter | None = current_app.extensions["llm_proxy"].usage
+    writer = app_state().usage
     if writer is None:
         raise ProxyError(404, f"{request.path} is off: usage accounting is disabled in the proxy's config "
                               "(usage.enabled: false).", "not_found")

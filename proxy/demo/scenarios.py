@@ -3,8 +3,8 @@
 Owns the demo's behaviour as a plan of steps — chunks to send, pauses, holds, a dropped
 connection — so the server only executes it. By default the answer is text streamed word by
 word with realistic pacing; with `tools` the model calls a tool (with arguments built from the
-tool's JSON schema, so Codex's shell tool gets a harmless command) and, once the last message
-is the tool's result, answers in text. Directives in the last user message, written
+tool's JSON schema, so Codex's shell tool gets a harmless command: proxy/demo/tool_choice.py)
+and, once the last message is the tool's result, answers in text. Directives in the last user message, written
 `[demo:NAME]` or `[demo:NAME=VALUE]`, ask for the rest:
 
   reasoning         stream `reasoning_content` before the answer (also: reasoning_effort set,
@@ -56,7 +56,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.demo import json_sample, tool_chain
+from proxy.demo import json_sample, tool_chain, tool_choice
 
 _DIRECTIVE = re.compile(r"\[demo:([a-z-]+)(?:=([^\]]*))?\]")
 DEFAULT_PACE_MS = 30.0
@@ -198,13 +198,13 @@ def plan(body: dict[str, Any], chat_face: bool = True, first_try: bool = True) -
     if chain and tools:
         outputs = [_text(m.get("content")) for m in messages if m.get("role") == "tool"]
         first_call = len(outputs)
-        picked = _tool_calls(tools, d, prompt)[:1] if len(outputs) < chain else []
+        picked = tool_choice.calls(tools, d, prompt)[:1] if len(outputs) < chain else []
         calls = [(name, json.dumps(tool_chain.depend(json.loads(args), tool_chain.next_value(outputs))))
                  for name, args in picked]
         thought = tool_chain.thought(len(outputs) + 1, chain, calls[0][0] if calls else None)
         text = "" if calls else tool_chain.final_answer(outputs)
-    elif tools and last.get("role") != "tool" and _wants_tool(body, tools, d, prompt):
-        calls = _tool_calls(tools, d, prompt)
+    elif tools and last.get("role") != "tool" and tool_choice.wants_tool(body, tools, d, prompt):
+        calls = tool_choice.calls(tools, d, prompt)
         text = ""
     elif last.get("role") == "tool":
         text = f"The tool returned: {_text(last.get('content'))[:200]}. That completes the task."
@@ -316,36 +316,6 @@ class _Chunker:
         return self.chunk({"tool_calls": [entry]})
 
 
-SHELL_TOOLS = ("bash", "shell", "exec_command", "shell_command", "local_shell", "run_command", "terminal")
-_RUN_WORDS = re.compile(r"\b(run|execute|exec|list (the )?files|ls)\b", re.IGNORECASE)
-
-
-def _wants_tool(body: dict[str, Any], tools: list[dict[str, Any]], d: dict[str, str], prompt: str) -> bool:
-    if "tool" in d or "parallel" in d or "interleave" in d:
-        return True
-    choice = body.get("tool_choice")
-    if choice == "required" or (isinstance(choice, dict) and choice.get("type") in ("function", "custom")):
-        return True
-    names = [_tool_name(t) for t in tools]
-    if any(n and re.search(rf"\b{re.escape(n)}\b", prompt) for n in names):
-        return True
-    return bool(_RUN_WORDS.search(prompt)) and any(n.lower() in SHELL_TOOLS for n in names)
-
-
-def _tool_calls(tools: list[dict[str, Any]], d: dict[str, str], prompt: str) -> list[tuple[str, str]]:
-    specs = [(_tool_name(t), _tool_schema(t)) for t in tools]
-    specs = [(n, s) for n, s in specs if n]
-    if not specs:
-        return []
-    named = [s for s in specs if s[0] == d.get("tool") or re.search(rf"\b{re.escape(s[0])}\b", prompt)]
-    shells = [s for s in specs if s[0].lower() in SHELL_TOOLS]
-    specs = named or shells or specs
-    count = 2 if ("parallel" in d or "interleave" in d) else 1
-    chosen = [specs[i % len(specs)] for i in range(count)]
-    return [(name, json.dumps(json_sample.properties(schema if isinstance(schema, dict) else {}, name, i)))
-            for i, (name, schema) in enumerate(chosen)]
-
-
 def _tool_steps(calls: list[tuple[str, str]], chunker: _Chunker, pace: float, interleave: bool,
                 first_call: int = 0) -> list[Step]:
     """`first_call`: the number of the first call's id (a chain numbers its calls across turns: a
@@ -365,20 +335,6 @@ def _tool_steps(calls: list[tuple[str, str]], chunker: _Chunker, pace: float, in
         for piece in pieces[i]:
             steps += [Step("chunk", chunker.tool_delta(i, None, None, piece)), Step("sleep", pace)]
     return steps
-
-
-def _tool_name(tool: dict[str, Any]) -> str:
-    return str(_function(tool).get("name") or "")
-
-
-def _tool_schema(tool: dict[str, Any]) -> Any:
-    return _function(tool).get("parameters")
-
-
-def _function(tool: dict[str, Any]) -> dict[str, Any]:
-    """Chat nests a tool's definition under `function`; Responses keeps it flat."""
-    nested = tool.get("function")
-    return nested if isinstance(nested, dict) else tool
 
 
 def _words(text: str) -> list[str]:

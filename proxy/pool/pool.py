@@ -5,9 +5,10 @@ out of rotation until one may be tried again.
 
 Owns the in-memory state of this worker's view of the pool; which accounts it has — the file's,
 the overlay of runtime additions and removals, and how a reload reconciles them — follows
-`proxy.pool.membership`. Safe under gevent and threads: every
-method takes a short lock and never blocks inside it. Nothing here does IO — the sync greenlet
-(`proxy.upstream.keeper`) moves `pending()` changes to the store and `apply_remote` brings others' in.
+`proxy.pool.membership`; what a lease is, and why none could be had, `proxy.pool.lease`. Safe
+under gevent and threads: every method takes a short lock and never blocks inside it. Nothing
+here does IO — the sync greenlet (`proxy.upstream.keeper`) moves `pending()` changes to the store
+and `apply_remote` brings others' in.
 """
 
 from __future__ import annotations
@@ -16,75 +17,17 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from proxy.config import Account, Upstream
 from proxy.ir.response import Usage
 from proxy.pool import selection
 from proxy.pool.classify import Classifier, Verdict, cooldown_until, rule
+from proxy.pool.lease import LEDGER_FULL_FOR, Availability, Lease, SlotLedger
 from proxy.pool.membership import account_from_runtime, reconcile, removed_from_file, runtime_config
 from proxy.pool.proxies import ProxyBoard, ProxyState, proxy_id
 from proxy.pool.state import ACTIVE, COOLING, DISABLED, AccountState
 from proxy.pool.store import AccountRecord, CounterDelta, ProxyRecord
-
-
-class SlotLedger(Protocol):
-    """`max_concurrency` counted beyond this worker (proxy/pool/redis_slots.py, across hosts)."""
-
-    def acquire(self, upstream: str, account_id: str, limit: int) -> str | None: ...
-    def release(self, token: str) -> None: ...
-
-
-class Lease:
-    """An account held for one attempt; `release` exactly once (extra calls are ignored)."""
-
-    def __init__(self, pool: AccountPool, state: AccountState, slot: str | None = None) -> None:
-        self._pool = pool
-        self.state = state
-        self.slot = slot  # the ledger's token, when the account's max_concurrency is counted beyond this worker
-        self._released = False
-
-    @property
-    def account(self) -> Account:
-        return self.state.account
-
-    def release(self, failure: str | None = None, usage: Usage | None = None, error: str | None = None) -> None:
-        """`failure` is the attempt's failure class (None: it served); `error` what went wrong, in
-        words with no secret in them (the upstream's message, scrubbed), kept as the account's last error."""
-        if self._released:
-            return
-        self._released = True
-        self._pool._release(self.state, failure, usage, error)
-        if self.slot is not None and self._pool.slots is not None:
-            self._pool.slots.release(self.slot)
-
-
-LEDGER_FULL_FOR = 1.0  # seconds an account the slot ledger refused counts as busy
-
-
-@dataclass
-class Availability:
-    """Why no account could be leased, for the 503 message."""
-
-    total: int = 0
-    cooling: int = 0
-    disabled: int = 0
-    busy: int = 0
-    proxies_cooling: int = 0  # in rotation but for their outbound proxies, all cooling
-    next_back: float | None = None  # seconds until the soonest cooling account (or proxy) returns
-    reasons: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def throttled(self) -> bool | None:
-        """True when every account not disabled is cooling or at max_concurrency (and there is one):
-        throttled, not broken. False when an account is out for another reason (disabled only, or
-        its outbound proxies all cooling); None when the upstream has no account that could serve
-        and none is throttled either (so it neither makes nor spoils a 429 on its own)."""
-        serving = self.total - self.disabled
-        if serving <= 0:
-            return None
-        return self.proxies_cooling == 0 and self.cooling + self.busy == serving
 
 
 class AccountPool:

@@ -174,7 +174,7 @@ def _run_gunicorn(options: dict[str, Any]) -> None:
     ProxyServer().run()
 
 
-def _demo(bind: str, upstream_protocol: str = "chat_completions") -> int:
+def _demo(bind: str, upstream_protocol: str) -> int:
     upstream_protocol = registry.canonical(upstream_protocol) or upstream_protocol
     admin_key = "sk-demo-admin-" + secrets.token_hex(8)  # the admin API can change the pool: not a fixed key
     listener = socket.create_server(("127.0.0.1", 0))
@@ -206,7 +206,7 @@ def _demo(bind: str, upstream_protocol: str = "chat_completions") -> int:
     return 0
 
 
-def demo_config(upstream_url: str, state_path: str, upstream_protocol: str = "chat_completions",
+def demo_config(upstream_url: str, state_path: str, upstream_protocol: str,
                 admin_key: str | None = None) -> str:
     admin = f"admin_keys: [{admin_key}]\n" if admin_key else ""
     return admin + textwrap.dedent(f"""\
@@ -222,7 +222,7 @@ def demo_config(upstream_url: str, state_path: str, upstream_protocol: str = "ch
         """)
 
 
-def banner(bind: str, upstream_protocol: str = "chat_completions", admin_key: str = "",
+def banner(bind: str, upstream_protocol: str, admin_key: str = "",
            upstream_url: str = "") -> str:
     host, _, port = bind.rpartition(":")
     host = "127.0.0.1" if host in ("", "0.0.0.0") else host.strip("[]")

@@ -1,12 +1,12 @@
 """A config reload inside one worker: the new config's state built and swapped in, and requests
 already running left on the state they started with.
 
-Owns `Reloader`, one per app (`app.extensions["llm_proxy_reload"]`):
+Owns `Reloader`, one per app (`AppState.reloader`, proxy/blueprints/state.py):
 
 - `reload()` — on the master's SIGHUP (proxy.serving.worker): the newest generation the master
   accepted (proxy.serving.config_snapshots: the text it checked, not the file, which may have
   changed since) — or, for an app no master of ours runs (a test's), the file read and checked
-  here; then everything built from the config (`config_parts`: pools,
+  here; then everything built from the config (`config_parts`, proxy/serving/parts.py: pools,
   router, relay, catalog, key checkers) built anew and the app's `AppState` replaced by a copy
   carrying them. What lives as long as the worker carries over — the hooks, the response store,
   the keeper and its store, and anything else on the state — and so do the pools of upstreams
@@ -36,8 +36,10 @@ from flask import Flask
 from gevent.event import Event
 
 from proxy import logs
+from proxy.blueprints.state import AppState, app_state, install
 from proxy.config import Config, ConfigError
 from proxy.serving import config_check, config_snapshots, instance
+from proxy.serving.parts import config_parts
 from proxy.upstream.client import UpstreamClient
 
 log = logging.getLogger("proxy.reload")
@@ -53,8 +55,8 @@ class Reloader:
         self._lock = threading.Lock()  # greenlet-aware under gevent
         self._switched = Event()  # set, and replaced, each time this worker switches config
 
-    def _state(self) -> Any:
-        return self.app.extensions["llm_proxy"]
+    def _state(self) -> AppState:
+        return app_state(self.app)
 
     def check(self) -> Config:
         """The file, as a reload would take it; ConfigError if it would be refused."""
@@ -84,7 +86,7 @@ class Reloader:
                           os.getpid(), exc)
                 return False
             try:
-                self.app.extensions["llm_proxy"] = self._rebuilt(state, config, generation)
+                install(self.app, self._rebuilt(state, config, generation))
             except Exception:
                 log.exception("config reload failed, still serving the previous config")
                 return False
@@ -96,9 +98,7 @@ class Reloader:
                      new.config_source, os.getpid(), new.config_generation, len(new.pools), accounts)
             return True
 
-    def _rebuilt(self, state: Any, config: Config, generation: int) -> Any:
-        from proxy.serving.app import config_parts  # the app module builds the app, and this with it
-
+    def _rebuilt(self, state: AppState, config: Config, generation: int) -> AppState:
         client = state.client
         if config.trust_env != state.config.trust_env:
             client = UpstreamClient(trust_env=config.trust_env)  # requests in flight keep the old session

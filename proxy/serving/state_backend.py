@@ -1,30 +1,46 @@
-"""Which stores hold the state workers and hosts share, by `state.backend`, opened the one way.
+"""Every store a worker keeps state in, opened in one place: which one — memory, the state file
+(SQLite) or Redis — picked from the config by one rule, the same for every kind of store.
 
-Owns the choice, made once per worker in `create_app`, and the opening: the `state_path` file
-through one `StateFile` (proxy/state/sqlite.py: it checks the file is at this code's schema version
-— gunicorn's master migrated it before forking — and is shared by every store with tables in it),
+Owns `KINDS`, the table of the kinds of store (the pool's state, usage, conversations — the
+Responses store —, client key limits, conversation affinity, the cross-host `max_concurrency`
+ledger) with how each is made in memory, in the state file and in Redis; and `open_stores`, which
+opens them once per worker in `create_app` (and for `llm-proxy state export / import`). A new kind
+of store (budgets, runtime keys, audit, a request log) is one entry in `KINDS` and one field of
+`Stores`. The connections are opened here, once: the `state_path` file through one `StateFile`
+(proxy/state/sqlite.py: it checks the file is at this code's schema version — gunicorn's master
+created or migrated it before forking, proxy/state/schema.py, the one place the schema is made),
 and with `backend: redis` one Redis client (proxy/state/redis_connection.py: a URL, or Sentinel)
-shared by every Redis store. `sqlite` (the default) — the pool's `SQLiteStore`, usage, client key
-limits and conversation affinity in the file, shared by one host's workers, the Responses store in
-this worker's memory; `redis` — the pool's `RedisStore`, the cross-host `max_concurrency` ledger
-(`RedisSlots`), the `RedisUsageStore`, the `SharedResponseStore`, and Redis first for limits and
-affinity with the file (then memory) standing in while Redis is away (docs/architecture.md §8.6).
+and one `StoreHealth`, shared by every Redis store.
+
+The rule (`_open`), the same for each kind:
+
+- `state.backend: sqlite` (the default, one host): the kind's state-file store when there is a
+  `state_path` and the kind has one, else its memory store (this worker's alone).
+- `state.backend: redis` (several hosts): its Redis store. While Redis is away, a kind whose
+  figures must keep holding per call (`steps_down`: limits, affinity) steps down call by call to
+  the state file, then memory (proxy/state/fallback.py, `reaches`: its consumer makes the chain,
+  with its memory store last); every other kind keeps its one Redis store, which degrades itself
+  behind the shared `StoreHealth` (writes kept and sent again, reads answering nothing new;
+  docs/architecture.md §8.6). A kind with no Redis store falls to the state file, then memory.
+
 Builds; decides nothing about requests.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from proxy.config import Config
 from proxy.limits.limiter import Limiter
-from proxy.limits.store import LimitStore, SQLiteLimitStore
+from proxy.limits.store import SQLiteLimitStore
 from proxy.ops.redis_usage_store import RedisUsageStore
 from proxy.ops.sqlite_usage_store import SQLiteUsageStore
 from proxy.ops.usage_store import MemoryUsageStore, UsageStore
-from proxy.pool.affinity import AffinityStore, SQLiteAffinity
-from proxy.pool.pool import SlotLedger
+from proxy.pool.affinity import SQLiteAffinity
+from proxy.pool.lease import SlotLedger
 from proxy.pool.redis_slots import RedisSlots
 from proxy.pool.redis_store import RedisStore
 from proxy.pool.store import MemoryStore, SQLiteStore, StateStore
@@ -35,6 +51,81 @@ from proxy.serving import master
 from proxy.state.health import StoreHealth
 from proxy.state.redis_connection import connect
 from proxy.state.sqlite import OPEN_WAIT, StateFile
+
+
+@dataclass(frozen=True)
+class Opening:
+    """What every store is opened with: the config, and the connections opened once for all."""
+
+    config: Config
+    state_file: StateFile | None  # None: no state_path
+    redis: Any  # the one Redis client with backend redis, else None
+    health: StoreHealth  # the backend's: Redis's with backend redis, else the state file's
+    holder: str  # this worker, as the leader lease and the slots name it
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of store: how it is made at each reach (None: it has no store there)."""
+
+    memory: Callable[[Opening], Any] | None
+    sqlite: Callable[[StateFile, Opening], Any] | None
+    redis: Callable[[Opening], Any] | None
+    steps_down: bool = False  # Redis, else the state file, else memory, call by call (proxy/state/fallback.py)
+
+
+def _redis_limits(o: Opening) -> Any:
+    from proxy.limits.redis_store import RedisLimitStore  # imports redis: only when configured
+
+    return RedisLimitStore(o.config.state, o.redis)
+
+
+def _redis_affinity(o: Opening) -> Any:
+    from proxy.pool.affinity import RedisAffinity  # imports redis: only when configured
+
+    return RedisAffinity(o.config.state, o.redis)
+
+
+def _kept(o: Opening) -> tuple[int, float]:
+    return o.config.response_store.max_entries, o.config.response_store.ttl
+
+
+KINDS: dict[str, Kind] = {
+    "pool": Kind(memory=lambda o: MemoryStore(), sqlite=lambda f, o: SQLiteStore(f),
+                 redis=lambda o: RedisStore(o.config.state, o.health, o.redis)),
+    "usage": Kind(memory=lambda o: MemoryUsageStore(), sqlite=lambda f, o: SQLiteUsageStore(f),
+                  redis=lambda o: RedisUsageStore(o.config.state, o.health, o.redis)),
+    # Conversations: the Responses store, in this worker's memory on one host.
+    "conversations": Kind(memory=lambda o: ResponseStore(*_kept(o)), sqlite=None,
+                          redis=lambda o: SharedResponseStore(o.config.state, *_kept(o), o.health, o.redis)),
+    # The consumer (the limiter, the affinity) puts its own memory store last in the chain.
+    "limits": Kind(memory=None, sqlite=lambda f, o: SQLiteLimitStore(f), redis=_redis_limits, steps_down=True),
+    "affinity": Kind(memory=None, sqlite=lambda f, o: SQLiteAffinity(f), redis=_redis_affinity, steps_down=True),
+    # max_concurrency beyond this worker; none (this worker's own count) on one host.
+    "slots": Kind(memory=None, sqlite=None, redis=lambda o: RedisSlots(o.config.state, o.redis, o.health, o.holder)),
+}
+
+
+@dataclass(frozen=True)
+class Chain:
+    """A kind that steps down: its stores, first tried first — Redis (if configured), the state file
+    (if any); its consumer adds its memory store last (proxy/state/fallback.py, `reaches`)."""
+
+    shared: Any
+    local: Any
+
+
+def _open(kind: Kind, o: Opening) -> Any:
+    """The rule: the store of `kind` for this config (a `Chain` for a kind that steps down)."""
+    shared = kind.redis(o) if kind.redis is not None and o.redis is not None else None
+    if shared is not None and not kind.steps_down:
+        return shared
+    local = kind.sqlite(o.state_file, o) if kind.sqlite is not None and o.state_file is not None else None
+    if kind.steps_down:
+        return Chain(shared, local)
+    if local is not None:
+        return local
+    return kind.memory(o) if kind.memory is not None else None
 
 
 @dataclass
@@ -52,31 +143,19 @@ class Stores:
 
 def open_stores(config: Config) -> Stores:
     holder = f"{os.uname().nodename}:{os.getpid()}"
-    kept = config.response_store
     # How long a starting worker waits for a state file another process has locked (a worker that
     # still cannot open it exits, and the master starts another: proxy.serving.worker).
     wait = float(os.environ.get("LLM_PROXY_STATE_OPEN_WAIT", OPEN_WAIT))
     migrated_here = master.accepted() is not None  # forked by our master, which migrated the file
     state_file = StateFile.open(config.state_path, wait=wait, migrated_here=migrated_here) \
         if config.state_path else None
-    local_limits: LimitStore | None = SQLiteLimitStore(state_file) if state_file else None
-    local_affinity: AffinityStore | None = SQLiteAffinity(state_file) if state_file else None
     if config.state.backend == "redis":
-        from proxy.limits.redis_store import RedisLimitStore  # import redis only when configured
-        from proxy.pool.affinity import RedisAffinity
-
-        health = StoreHealth("redis")
-        client = connect(config.state)
-        redis_usage = RedisUsageStore(config.state, health, client)
-        return Stores(pool=RedisStore(config.state, health, client), usage=redis_usage,
-                      responses=SharedResponseStore(config.state, kept.max_entries, kept.ttl, health, client),
-                      health=health, holder=holder, slots=RedisSlots(config.state, client, health, holder),
-                      limiter=Limiter.over(local_limits, RedisLimitStore(config.state, client)),
-                      affinity=Affinity(local_affinity, RedisAffinity(config.state, client)),
-                      state_file=state_file)
-    pool: StateStore = SQLiteStore(state_file) if state_file else MemoryStore()
-    usage: UsageStore = SQLiteUsageStore(state_file) if state_file else MemoryUsageStore()
-    health = state_file.health if state_file else StoreHealth("sqlite")
-    return Stores(pool=pool, usage=usage, responses=ResponseStore(kept.max_entries, kept.ttl), health=health,
-                  holder=holder, limiter=Limiter.over(local_limits), affinity=Affinity(local_affinity),
-                  state_file=state_file)
+        o = Opening(config, state_file, connect(config.state), StoreHealth("redis"), holder)
+    else:
+        health = state_file.health if state_file else StoreHealth("sqlite")
+        o = Opening(config, state_file, None, health, holder)
+    opened = {name: _open(kind, o) for name, kind in KINDS.items()}
+    limits, affinity = opened["limits"], opened["affinity"]
+    return Stores(pool=opened["pool"], usage=opened["usage"], responses=opened["conversations"], health=o.health,
+                  holder=holder, slots=opened["slots"], limiter=Limiter.over(limits.local, limits.shared),
+                  affinity=Affinity(affinity.local, affinity.shared), state_file=state_file)

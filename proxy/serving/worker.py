@@ -29,7 +29,7 @@ import signal
 import socket
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gevent
 from gunicorn.workers.ggevent import GeventWorker
@@ -38,6 +38,9 @@ from proxy.config import ConfigError
 from proxy.serving import instance
 from proxy.serving.direct_write import attach_direct_writer
 from proxy.state.schema import StateFileError
+
+if TYPE_CHECKING:
+    from proxy.blueprints.state import Reloading
 
 # Streams are ended this long before the master's SIGKILL: the worker notices that its requests
 # have drained once a second, and the last frames need a moment to be written.
@@ -120,9 +123,12 @@ class ProxyGeventWorker(GeventWorker):
         else:
             gevent.spawn(reloader.reload)
 
-    def _reloader(self) -> Any:
+    def _reloader(self) -> Reloading | None:
         """The app's reloader, once the app is built (None before)."""
-        return getattr(getattr(self, "wsgi", None), "extensions", {}).get("llm_proxy_reload")
+        from proxy.blueprints.state import installed  # not at the top: the master imports this module
+
+        state = installed(getattr(self, "wsgi", None))
+        return state.reloader if state is not None else None
 
     def handle(self, listener: Any, client: socket.socket, addr: Any) -> None:
         """A stream's response headers and its first frame are two small writes; with Nagle's

@@ -36,7 +36,8 @@ from gevent.event import Event
 from proxy.config import Account, Timeouts, Upstream
 from proxy.config.values import redact_proxy_url
 from proxy.pool.classify import cooldown_until
-from proxy.pool.pool import AccountPool, SlotLedger
+from proxy.pool.lease import SlotLedger
+from proxy.pool.pool import AccountPool
 from proxy.pool.proxies import ProxyState
 from proxy.pool.state import COOLING, DISABLED, AccountState
 from proxy.pool.store import StateStore

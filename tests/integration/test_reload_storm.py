@@ -17,6 +17,7 @@ import pytest
 import yaml
 from openai import OpenAI
 
+from proxy.blueprints.state import app_state
 from proxy.config import load
 from proxy.serving import config_snapshots, instance
 from proxy.serving.app import create_app
@@ -148,15 +149,15 @@ def test_a_worker_loads_what_the_master_accepted_not_the_file_as_it_stands(
         path = tmp_path / "config.yaml"
         path.write_text(yaml.safe_dump({**good(demo_upstream, 0), "state_path": migrated(tmp_path / "state.db")}))
         app = create_app(load(str(path)), start_background=False)
-        reloader = app.extensions["llm_proxy_reload"]
+        reloader = app_state(app).reloader
         accepted = yaml.safe_dump({**good(demo_upstream, 1), "state_path": str(tmp_path / "state.db")})
         config_snapshots.write(2, accepted)  # the master's acceptance of generation 2…
         path.write_text(yaml.safe_dump({**bad(demo_upstream, 2), "state_path": str(tmp_path / "state.db")}))
         assert reloader.reload()  # …and the worker's SIGHUP, after the file changed again
-        state = app.extensions["llm_proxy"]
+        state = app_state(app)
         assert state.config_generation == 2
         assert [a.id for a in state.config.upstreams[0].accounts] == ["storm-1"]
         assert reloader.reload()  # a second SIGHUP for the same generation changes nothing
-        assert app.extensions["llm_proxy"] is state
+        assert app_state(app) is state
     finally:
         instance.remove(made)

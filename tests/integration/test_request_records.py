@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
+from proxy.blueprints.state import app_state
 from proxy.config import parse
 from proxy.ops.hooks import Hooks
 from proxy.ops.records import AttemptRecord, RequestRecord
@@ -45,7 +46,7 @@ def app_and_hook(demo_upstream: DemoUpstream, tmp_path: Path) -> Iterator[tuple[
     config = base_config(demo_upstream.url, state_path=migrated(tmp_path / "state.db"))
     app = create_app(parse(config), start_background=False)
     kept = Kept()
-    app.extensions["llm_proxy"].hooks.add(kept)
+    app_state(app).hooks.add(kept)
     yield app.test_client(), kept
 
 
