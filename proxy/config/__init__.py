@@ -6,8 +6,9 @@ the key), `values` (checks on single values), `pool` (an upstream's `pool:` sect
 (ready-made model tables), `unsupported` (an upstream's `unsupported:` list), `observability` (the
 `metrics:` and `logging:` sections), `keys` (the `client_keys` entries: named, maybe restricted to
 some models), `limits` (a client key's `limits:`), `state` (the `state:` section), `usage` (the
-`usage:` section), `compaction` (the `compaction:` key), `reference` (every key described once: the
-guide's configuration reference and the JSON Schema). The names most code needs are re-exported here.
+`usage:` section), `compaction` (the `compaction:` key), `spec` (every key described once: type,
+default, meaning), `reference` (the guide's configuration reference and the JSON Schema, made from
+`spec`). The names most code needs are re-exported here.
 
 Import-light (stdlib + PyYAML): `llm-proxy serve` and `check-config` import it in gunicorn's master
 process, before the gevent worker monkey-patches the standard library.
