@@ -57,7 +57,7 @@ from proxy.relay.affinity import Affinity
 from proxy.relay.loop import Relay
 from proxy.relay.transport import HTTPTransport
 from proxy.routing import Router
-from proxy.serving import master
+from proxy.serving import forwarded, master
 from proxy.serving.compaction_key import compaction_secret
 from proxy.serving.reconfigure import Reloader
 from proxy.serving.state_backend import open_stores
@@ -150,6 +150,8 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
     app.extensions["llm_proxy"] = state
     app.extensions["llm_proxy_reload"] = Reloader(app)
     http.install(app)
+    # the client's address behind nginx / Caddy (server.forwarded_allow_ips): what the access log shows
+    app.wsgi_app = forwarded.middleware(app.wsgi_app, config.server.forwarded_allow_ips)  # type: ignore[method-assign]
     for protocol in registry.all_protocols():  # each protocol's endpoint, plugins' included
         app.register_blueprint(completions_blueprint(protocol))
     for module in ENDPOINTS:
