@@ -16,6 +16,7 @@ default-trusted 127.0.0.1 the fronts connect from.
 from __future__ import annotations
 
 import http.client
+import itertools
 import json
 import time
 import uuid
@@ -103,7 +104,7 @@ def test_paced_deltas_arrive_spread_as_the_upstream_paced_them(front: front_serv
                 uuid.uuid4().hex)
     arrivals = [t for t, _ in deltas(resp)]
     assert len(arrivals) >= 6
-    gaps = [b - a for a, b in zip(arrivals, arrivals[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(arrivals)]
     # Delivered as paced, each gap is about `pace` and the deltas span the upstream's pacing; a
     # buffering front would deliver them together, every gap ~0. (Compared to the pacing itself.)
     assert sum(gaps) > 0.5 * pace * len(gaps)
