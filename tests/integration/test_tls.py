@@ -51,6 +51,7 @@ def test_a_stream_over_https_with_the_openai_sdk(ca_and_server: tuple[Path, Prox
             {"role": "user", "content": "Hello [demo:words=5] [demo:pace=0]"}])
         text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
     assert len(text.split()) == 5
+    assert f"serving {server.url} " in server.log()  # the startup summary says https://
 
 
 def test_the_certificate_is_checked(ca_and_server: tuple[Path, ProxyServer]) -> None:
