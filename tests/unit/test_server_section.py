@@ -107,3 +107,23 @@ def test_the_middleware_rewrites_remote_addr_and_keeps_the_peer() -> None:
     wrapped({"REMOTE_ADDR": "127.0.0.1", "HTTP_X_FORWARDED_FOR": "1.2.3.4, 203.0.113.9"}, None)
     assert seen["REMOTE_ADDR"] == "203.0.113.9" and seen[forwarded.PEER_KEY] == "127.0.0.1"
     assert forwarded.middleware(app, []) is app
+
+
+def test_a_reload_cannot_change_the_server_section(tmp_path: Path) -> None:
+    import yaml
+
+    from proxy.serving.config_check import for_reload
+
+    def text(**server: Any) -> str:
+        return yaml.safe_dump({"client_keys": ["sk-c"], "upstreams": UPSTREAMS, "state_path": None, "server": server})
+
+    path = str(tmp_path / "config.yaml")
+    current = parse({"client_keys": ["sk-c"], "upstreams": UPSTREAMS, "state_path": None})
+    assert for_reload(current, path, text()).server == current.server
+    with pytest.raises(ConfigError) as caught:
+        for_reload(current, path, text(forwarded_allow_ips=["10.0.0.0/8"]))
+    assert str(caught.value).startswith("server.forwarded_allow_ips: cannot change on a reload")
+    (tmp_path / "c.pem").write_text("x")
+    with pytest.raises(ConfigError) as caught:
+        for_reload(current, path, text(tls={"certfile": str(tmp_path / "c.pem"), "keyfile": str(tmp_path / "c.pem")}))
+    assert str(caught.value).startswith("server.tls: cannot change on a reload")
