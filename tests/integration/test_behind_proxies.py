@@ -5,7 +5,8 @@ Through each: a stream's first event reaches the client while the upstream still
 (`[demo:hold]`: nothing more comes until the test releases it, so a buffering front would deliver
 nothing at all), and paced deltas arrive spread over the upstream's pacing, not at once; the
 Responses WebSocket upgrades and carries a turn; the access log names the client nginx or Caddy
-saw, from X-Forwarded-For, because the front's address is in `server.forwarded_allow_ips` — and a
+saw (text and JSON lines), from X-Forwarded-For, because the front's address is in
+`server.forwarded_allow_ips` — and a
 client's own X-Forwarded-For hops are not believed. A proxy that trusts no peer logs the front's
 address; one trusting the whole loopback net believes a hop the client wrote.
 
@@ -167,6 +168,27 @@ def test_forwarded_allow_ips_decides_whom_the_proxy_believes(allow: list[str], e
     nginx = front_servers.start_nginx(_address(server))
     try:
         assert logged_client(nginx.url, server, spoof="203.0.113.66") == expected
+    finally:
+        nginx.stop()
+        stop_proxy(server)
+
+
+def test_the_json_access_line_names_the_client_too(demo_upstream: DemoUpstream, tmp_path: Path) -> None:
+    server = start_proxy(base_config(demo_upstream.url, logging={"format": "json"}), tmp_path)
+    nginx = front_servers.start_nginx(_address(server))
+    try:
+        rid = uuid.uuid4().hex
+        resp = post(nginx.url, "/v1/chat/completions", {"model": "demo-model", "messages": [
+            {"role": "user", "content": "Hi [demo:words=2] [demo:pace=0]"}]}, rid, **{"X-Forwarded-For": "203.0.113.66"})
+        assert resp.status == 200
+        resp.read()
+
+        def access() -> list[dict[str, Any]]:
+            lines = [json.loads(line) for line in server.log().splitlines() if line.startswith("{")]
+            return [e for e in lines if e.get("event") == "access" and e.get("request_id") == rid]
+
+        assert eventually(lambda: bool(access()))
+        assert access()[0]["remote_addr"] == CLIENT_ADDR
     finally:
         nginx.stop()
         stop_proxy(server)
