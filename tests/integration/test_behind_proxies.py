@@ -4,11 +4,11 @@ run with the example config the deployment guide shows (docs/deploy/, tests/fron
 Through each: a stream's first event reaches the client while the upstream still holds the rest
 (`[demo:hold]`: nothing more comes until the test releases it, so a buffering front would deliver
 nothing at all), and paced deltas arrive spread over the upstream's pacing, not at once; the
-Responses WebSocket upgrades and carries a turn; the access log names the client nginx or Caddy
-saw (text and JSON lines), from X-Forwarded-For, because the front's address is in
-`server.forwarded_allow_ips` — and a
-client's own X-Forwarded-For hops are not believed. A proxy that trusts no peer logs the front's
-address; one trusting the whole loopback net believes a hop the client wrote.
+Responses WebSocket upgrades and carries a turn; the access log (text and JSON lines) names the
+client nginx or Caddy saw, from X-Forwarded-For, because the front's address is in
+`server.forwarded_allow_ips` — and a client's own X-Forwarded-For hops are not believed. A proxy
+that trusts no peer logs the front's address; one trusting the whole loopback net believes a hop
+the client wrote.
 
 The client connects from 127.0.0.2 (any 127/8 address is loopback on Linux), so that it is not the
 default-trusted 127.0.0.1 the fronts connect from.
