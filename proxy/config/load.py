@@ -36,6 +36,7 @@ from proxy.config.model import (
 )
 from proxy.config.observability import parse_logging, parse_metrics
 from proxy.config.pool import parse_pool
+from proxy.config.server import parse_server
 from proxy.config.state import parse_state
 from proxy.config.usage import parse_usage
 from proxy.config.values import (
@@ -98,7 +99,7 @@ def parse(raw: Any, environ: Mapping[str, str] | None = None, source: str = "<me
             "client_keys", "admin_keys", "upstreams", "max_body_bytes", "timeouts", "streaming",
             "model_list_ttl", "trust_env", "log_level", "state_path", "response_store", "max_response_bytes",
             "compaction",
-            "proxies", "protocol_plugins", "metrics", "logging", "usage", "state",
+            "proxies", "protocol_plugins", "metrics", "logging", "usage", "state", "server",
         },
     )
     client_keys = parse_client_keys(top.get("client_keys"), "client_keys")
@@ -139,6 +140,7 @@ def parse(raw: Any, environ: Mapping[str, str] | None = None, source: str = "<me
         deprecated=_deprecated(top),
         metrics=parse_metrics(top.get("metrics", {})),
         logging=parse_logging(top.get("logging", {})),
+        server=parse_server(top.get("server"), "server"),
     )
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from proxy.config.keys import ClientKey
 from proxy.config.observability import LoggingConfig, MetricsConfig
 from proxy.config.pool import PoolConfig
+from proxy.config.server import ServerConfig
 from proxy.config.state import StateConfig
 from proxy.config.usage import UsageConfig
 
@@ -133,3 +134,4 @@ class Config:
     deprecated: tuple[str, ...] = ()
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    server: ServerConfig = field(default_factory=ServerConfig)  # forwarded_allow_ips, tls: read at start

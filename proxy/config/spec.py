@@ -348,6 +348,19 @@ SPEC = Section((
        "(`<state_path>.ctl`). `null` keeps state in memory (one worker, lost on restart). Cannot change on a "
        "reload.", "`llm-proxy-state.db`", applies=("state_path", "llm-proxy-state.db")),
     _k("state", STATE, "Where the shared state lives: the `state_path` file, or Redis."),
+    _k("server", Section((
+        _k("forwarded_allow_ips", one_or_list(STRING, non_empty=False),
+           "Peers (addresses or CIDR networks, or `\"*\"` for any) whose `X-Forwarded-For` / `X-Forwarded-Proto` "
+           "are believed: for such a peer the client's address in the access log is the rightmost forwarded hop "
+           "that is not itself trusted; `[]` trusts no peer. A comma-separated string is also accepted. See "
+           "[Deploying](deploying.md). Cannot change on a reload.", "`[127.0.0.1, \"::1\"]`",
+           applies=("server.forwarded_allow_ips", ("127.0.0.1", "::1"))),
+        _k("tls", Section((
+            _k("certfile", STRING, "The certificate chain, PEM; must exist and be readable.", "—", required=True),
+            _k("keyfile", STRING, "Its private key, PEM; must exist and be readable.", "—", required=True),
+        )), "HTTPS on the proxy's own socket (gunicorn's `certfile` / `keyfile`); omit for plain HTTP. Cannot "
+            "change on a reload."),
+    )), "How the proxy's own socket is served: which fronts are trusted, and TLS."),
     _k("metrics", Section((
         _k("enabled", BOOLEAN, "Count requests, attempts, tokens and timings for `GET /metrics`; `false` saves that "
                                "work on every request and `/metrics` answers 404. Cannot change on a reload.",

@@ -49,7 +49,7 @@ from proxy.ops.usage import UsageAccounting
 from proxy.ops.usage_writer import UsageWriter
 from proxy.protocols import registry
 from proxy.protocols.responses.compaction import Sealer
-from proxy.serving import master
+from proxy.serving import forwarded, master
 from proxy.serving.compaction_key import compaction_secret
 from proxy.serving.parts import config_parts
 from proxy.serving.reconfigure import Reloader
@@ -114,6 +114,8 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
                           config_loaded_at=time.time(), config_generation=generation, store_health=stores.health,
                           limiter=limiter, reloader=Reloader(app)))
     http.install(app)
+    # the client's address behind nginx / Caddy (server.forwarded_allow_ips): what the access log shows
+    app.wsgi_app = forwarded.middleware(app.wsgi_app, config.server.forwarded_allow_ips)  # type: ignore[method-assign]
     for protocol in registry.all_protocols():  # each protocol's endpoint, plugins' included
         app.register_blueprint(completions_blueprint(protocol))
     for module in ENDPOINTS:

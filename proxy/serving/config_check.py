@@ -38,6 +38,9 @@ FIXED_AT_START: tuple[tuple[str, Callable[[Config], Any], str], ...] = (
     ("logging.format", lambda c: c.logging.format, "gunicorn's logger is chosen when the proxy starts"),
     ("compaction.key", lambda c: c.compaction.key,
      "every worker must seal and open compaction items with the same key"),
+    ("server.forwarded_allow_ips", lambda c: list(c.server.forwarded_allow_ips),
+     "gunicorn and the workers read it when the proxy starts"),
+    ("server.tls", lambda c: c.server.tls, "gunicorn opens its TLS context when the proxy starts"),
 )
 
 

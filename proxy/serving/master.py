@@ -185,6 +185,8 @@ def when_ready(arbiter: Any) -> None:
     cfg = arbiter.cfg
     control = None if cfg.control_socket_disable else cfg.control_socket
     config, listeners = _accepted[0], [str(s) for s in arbiter.LISTENERS]
+    if cfg.is_ssl:  # gunicorn names its sockets http:// whatever they serve (server.tls)
+        listeners = [s.replace("http://", "https://", 1) for s in listeners]
     if config.logging.format == "json":  # every line of a JSON log is one object, this one too
         headline, fields = summary_fields(config, listeners, cfg.workers, control, arbiter.pid)
         fields = {"summary": headline, **{label.replace(" ", "_"): text for label, text in fields.items()}}

@@ -79,9 +79,47 @@ def _flush_pool_state(server: Any, worker: Any) -> None:
     flush_all()  # usage still queued (normally none: each request's is written before it ends)
 
 
+def _tls_context(config: Any, default_ssl_context_factory: Any) -> Any:
+    """gunicorn's TLS context (certfile, keyfile), wrapping sockets without a handshake on accept.
+    gevent's server would otherwise shake hands before gunicorn's worker sees the connection, and a
+    failed handshake — plain http to the https port, a scanner, a client that distrusts the
+    certificate — would print gevent's traceback each time. gunicorn's worker then shakes hands
+    itself (its do_handshake_on_connect is off) and treats a failure as the client's error: a debug
+    line, the connection closed."""
+    context = default_ssl_context_factory()
+    wrap = context.wrap_socket
+
+    def wrap_socket(sock: Any, *args: Any, **kwargs: Any) -> Any:
+        kwargs["do_handshake_on_connect"] = False
+        return wrap(sock, *args, **kwargs)
+
+    context.wrap_socket = wrap_socket
+    return context
+
+
+def _server_section() -> dict[str, Any]:
+    """gunicorn's settings from the config's `server:` section (proxy/config/server.py): TLS on the
+    socket, and the peers whose X-Forwarded-Proto it believes. Without a readable config, nothing:
+    the master's own check (on_starting) then says what is wrong with it."""
+    from proxy.config import ConfigError, load  # import-light: stdlib and PyYAML
+
+    path = os.environ.get("LLM_PROXY_CONFIG")
+    if not path:
+        return {}
+    try:
+        server = load(path).server
+    except ConfigError:
+        return {}
+    options: dict[str, Any] = {"forwarded_allow_ips": ",".join(server.forwarded_allow_ips)}  # gunicorn: a string
+    if server.tls is not None:
+        options.update(certfile=server.tls.certfile, keyfile=server.tls.keyfile, ssl_context=_tls_context)
+    return options
+
+
 def settings(bind: str | None = None, workers: int | None = None) -> dict[str, Any]:
     env = os.environ
     return with_metrics_and_log_format({
+        **_server_section(),
         "bind": [bind or env.get("LLM_PROXY_BIND", "127.0.0.1:8080")],
         # 0 is refused when gunicorn starts (proxy.serving.master), not taken for "unset".
         "workers": workers if workers is not None else int(env.get("LLM_PROXY_WORKERS", "1")),
