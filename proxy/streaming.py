@@ -12,6 +12,10 @@ writes to the client — the WSGI body generator:
   so an upstream that fails on its very first event can still be retried or answered with an
   HTTP error status — and, given the time the client's first byte is due, sends the keepalive
   then rather than leave the client waiting on an upstream that has not begun;
+- `on_end`, the relay's end-of-stream callback, runs once when the stream has finished, before
+  the frames that finish it are written, in the stream's own greenlet — never in the event loop's
+  callback — so it may wait (the Responses conversation keeps the final answer there, over the
+  network with a shared store, before the client sees `response.completed`);
 - the outcome is reported exactly once: as soon as the last frame is written (before the server
   ends the response, so what accounting records is there by the time the client has it all), or
   by `close()` — called by the WSGI server however the response ends, which also closes the
@@ -171,6 +175,7 @@ class StreamingBody:
         "_late",
         "_loop",
         "_on_close",
+        "_on_end",
         "_os_socket",
         "_outcome",
         "_parser",
@@ -193,6 +198,7 @@ class StreamingBody:
         settings: Streaming,
         client_socket: socket.socket | None,
         on_close: Callable[[StreamOutcome], None],
+        on_end: Callable[[], None] | None = None,
     ) -> None:
         self._upstream = upstream
         self._body = UpstreamBody(upstream)
@@ -200,6 +206,7 @@ class StreamingBody:
         self._settings = settings
         self._client = client_socket
         self._on_close: Callable[[StreamOutcome], None] | None = on_close
+        self._on_end = on_end
         self._closed = False
         self._parser = SSEParser()
         self._outcome = StreamOutcome()
@@ -276,8 +283,10 @@ class StreamingBody:
         _LIVE.discard(self)
         self._frames.close()
         self._stop_watching()
-        if self._relay.done and self._body.worth_finishing():
-            self._finish_body()
+        if self._relay.done:
+            self._end()  # finished, but the last frames did not go out (the client left)
+            if self._body.worth_finishing():
+                self._finish_body()
         self._body.close()
         self._upstream.close()
         self._report()
@@ -305,6 +314,16 @@ class StreamingBody:
                 gevent.select.select([self._body.fileno()], [], [], remaining)
         except UpstreamBodyError:
             return
+
+    def _end(self) -> None:
+        """Call `on_end`, once: the stream has finished (its terminal frames are not written yet)."""
+        if self._on_end is None:
+            return
+        on_end, self._on_end = self._on_end, None
+        try:
+            on_end()
+        except Exception:
+            log.exception("the stream's end-of-stream callback failed")
 
     def _report(self) -> None:
         """Hand the outcome to `on_close`, once."""
@@ -358,6 +377,8 @@ class StreamingBody:
                 if frames is None:
                     outcome.client_gone = True
                     return
+                if relay.done and self._on_end is not None:
+                    self._end()  # before the frames that finish the stream go out
                 if not frames:
                     continue
                 if self._os_socket is not None and self._writer is not None and self._writer.ready():
@@ -561,8 +582,7 @@ class StreamingBody:
         waiting = self._waiting
         if waiting is not None:
             if why is _UPSTREAM and self._os_socket is not None and self._writer is not None \
-                    and self._writer.ready() and not getattr(self._relay, "calls_out", False) \
-                    and self._relay_in_hub():
+                    and self._writer.ready() and self._relay_in_hub():
                 return
             waiting.switch(why)
         elif why is _UPSTREAM:

@@ -23,6 +23,37 @@ from proxy.protocols.transcode import StreamDecoder, StreamEncoder, StreamRelay
 
 
 @dataclass(frozen=True)
+class Answer:
+    """A whole answer for the client, with what encoding it found out: `final`, the response object
+    a conversation keeps for the next turn (None: nothing to keep), and `dropped`, what was left out
+    for this client, by what ("reasoning": 2), for the log line."""
+
+    body: dict[str, Any]
+    final: dict[str, Any] | None = None
+    dropped: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """An endpoint a protocol's clients use beside its main one, which the HTTP edge serves for it
+    by kind, so that no blueprint names a protocol:
+    - `local`: answered by the proxy alone — `answer(body)` gives the model the request names (the
+      client's key must allow it) and the JSON answer (Messages' count_tokens);
+    - `socket`: the main endpoint's requests over a WebSocket at `rule` (GET), framed by `frames`,
+      the protocol's WebSocket module (Responses' `GET /v1/responses`);
+    - `relayed`: a request of the protocol relayed like the main one, to `upstream_path` on an
+      upstream of the same protocol; `compacts`: it asks for the conversation compacted
+      (Responses' `/v1/responses/compact`)."""
+
+    kind: str  # local | socket | relayed
+    rule: str
+    answer: Callable[[dict[str, Any]], tuple[str, dict[str, Any]]] | None = None
+    frames: Any = None
+    upstream_path: str | None = None
+    compacts: bool = False
+
+
+@dataclass(frozen=True)
 class ClientSide:
     """Speaking to a client of this protocol."""
 
@@ -30,7 +61,7 @@ class ClientSide:
     validate: Callable[[dict[str, Any]], None]  # a 400 (ProxyError) naming the field, for a body it cannot take
     model_and_stream: Callable[[dict[str, Any]], tuple[str, bool]]  # of a validated body
     decode_request: Callable[[dict[str, Any]], Request]
-    encode_response: Callable[[Response, Exchange], dict[str, Any]]
+    encode_response: Callable[[Response, Exchange], Answer]
     stream_encoder: Callable[[Exchange], StreamEncoder]
     error_body: Callable[[ErrorInfo], dict[str, Any]]  # the error envelope its SDKs parse
     # Client headers that go on to an upstream of this same protocol (Anthropic's version and betas).
@@ -71,7 +102,7 @@ class Passthrough:
     """Client and upstream speak this protocol: relay the body, normalising only what breaks clients."""
 
     prepare_request: Callable[[Exchange, dict[str, Any], str, Upstream], dict[str, Any]]  # (ex, body, model, up)
-    normalise_response: Callable[[dict[str, Any], Exchange], dict[str, Any]]
+    normalise_response: Callable[[dict[str, Any], Exchange], Answer]
     stream_relay: Callable[[Exchange, Upstream], StreamRelay]
     # The upstream's own error body for the client, in this protocol's envelope; None to re-express it.
     relayed_error: Callable[[dict[str, Any], ErrorInfo], dict[str, Any] | None]
@@ -85,3 +116,5 @@ class Protocol:
     upstream: UpstreamSide
     passthrough: Passthrough
     aliases: tuple[str, ...] = ()  # older `protocol:` values that still mean this one (deprecated)
+    # Endpoints beside the client's main one, which the edge serves for this protocol.
+    endpoints: tuple[Endpoint, ...] = ()
