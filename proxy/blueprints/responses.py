@@ -2,17 +2,17 @@
 `proxy.blueprints.completions`'): retrieve, delete and list the input items of a stored response.
 
 Stored responses are served from the proxy's store whichever upstream answered (every answer is
-kept there, proxy.protocols.responses.conversation); deleting one that an upstream keeps too
-deletes it there first (proxy.blueprints.upstream_copies).
+kept there, proxy.conversations.responses); deleting one that an upstream keeps too
+deletes it there first (proxy.conversations.upstream_copies).
 """
 
 from __future__ import annotations
 
 from flask import Blueprint, Response, current_app, g, jsonify, request
 
-from proxy.blueprints.upstream_copies import delete_upstream_copy
+from proxy.conversations.store import ResponseStore, StoredResponse
+from proxy.conversations.upstream_copies import delete_upstream_copy
 from proxy.errors import ProxyError
-from proxy.protocols.responses.store import ResponseStore, StoredResponse
 
 bp = Blueprint("responses_store", __name__)
 

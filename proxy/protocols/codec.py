@@ -18,7 +18,7 @@ from typing import Any
 from proxy.config import Upstream
 from proxy.ir.request import Request
 from proxy.ir.response import ErrorInfo, Response
-from proxy.protocols.exchange import ConversationState, Exchange
+from proxy.protocols.exchange import Exchange
 from proxy.protocols.transcode import StreamDecoder, StreamEncoder, StreamRelay
 
 
@@ -70,8 +70,9 @@ class ClientSide:
     cors_headers: tuple[str, ...] = ()
     # Response headers its clients read, given the request id ({"request-id": rid} for Anthropic's).
     response_headers: Callable[[str], dict[str, str]] = lambda request_id: {}
-    # State the API keeps on the proxy between requests (Responses), given the body and the store.
-    conversation: Callable[[dict[str, Any], Any], ConversationState] | None = None
+    # The API keeps conversation state on the proxy between requests (Responses: previous_response_id,
+    # item_reference): the edge asks proxy.conversations for each request's `ConversationState`.
+    keeps_conversations: bool = False
     # The conversation a request belongs to, as its clients name it (a session header, a cache key,
     # a user field), given the body and the request's headers (names lower-cased): its next turn goes
     # to the account that served this one (proxy/relay/affinity.py). None: it names none.

@@ -42,6 +42,8 @@ from proxy.blueprints import reload as reload_endpoints
 from proxy.blueprints.auth import KeyChecker
 from proxy.blueprints.completions import completions_blueprint
 from proxy.config import Config
+from proxy.conversations.compaction_key import compaction_secret
+from proxy.conversations.store import ResponseStore
 from proxy.limits.limiter import Limiter
 from proxy.ops.hooks import HookSet
 from proxy.ops.log_lines import LogLines
@@ -52,13 +54,11 @@ from proxy.ops.usage_writer import UsageWriter
 from proxy.pool.pool import AccountPool
 from proxy.protocols import registry
 from proxy.protocols.responses.compaction import Sealer
-from proxy.protocols.responses.store import ResponseStore
 from proxy.relay.affinity import Affinity
 from proxy.relay.loop import Relay
 from proxy.relay.transport import HTTPTransport
 from proxy.routing import Router
 from proxy.serving import master
-from proxy.serving.compaction_key import compaction_secret
 from proxy.serving.reconfigure import Reloader
 from proxy.serving.state_backend import open_stores
 from proxy.state.health import StoreHealth

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from proxy.config import ConfigError, parse
+from proxy.conversations.compaction_key import compaction_secret
 from proxy.errors import ProxyError
 from proxy.ir.events import BlockStart, BlockStop, Delta, Finish, Start, UsageUpdate
 from proxy.ir.request import ReasoningPart, TextPart
@@ -23,7 +24,6 @@ from proxy.protocols.responses.compaction import (
 )
 from proxy.protocols.responses.compaction_stream import CompactionStreamEncoder
 from proxy.protocols.sse import SSEParser, loads
-from proxy.serving.compaction_key import compaction_secret
 
 SECRET = "s" * 40
 USER = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}

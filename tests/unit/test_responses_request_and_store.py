@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 
 from proxy.config import Account, Upstream
+from proxy.conversations.responses import ResponsesConversation
+from proxy.conversations.store import Origin, ResponseStore
 from proxy.errors import ProxyError
 from proxy.ir.request import ReasoningPart, TextPart, ToolCallPart
 from proxy.ir.response import ErrorInfo
-from proxy.protocols.responses.conversation import ResponsesConversation
 from proxy.protocols.responses.passthrough import ResponsesPassthroughStream
 from proxy.protocols.responses.request import decode
-from proxy.protocols.responses.store import Origin, ResponseStore
 from proxy.protocols.responses.stream_encode import ResponsesStreamEncoder
 from proxy.protocols.sse import SSEEvent, event_frame
 

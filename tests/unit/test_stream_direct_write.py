@@ -20,10 +20,10 @@ import pytest
 import requests
 
 from proxy.config import Streaming
+from proxy.conversations.responses import ResponsesConversation
+from proxy.conversations.store import ResponseStore
 from proxy.ir.response import ErrorInfo, Usage
-from proxy.protocols.responses.conversation import ResponsesConversation
 from proxy.protocols.responses.passthrough import ResponsesPassthroughStream
-from proxy.protocols.responses.store import ResponseStore
 from proxy.protocols.sse import SSEEvent, event_frame
 from proxy.streaming import StreamingBody, StreamOutcome
 from tests.unit.test_responses_request_and_store import RESP, passthrough_events

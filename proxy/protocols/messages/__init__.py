@@ -12,7 +12,7 @@ from proxy.errors import embedded_error
 from proxy.ir.drop_reasoning import without_reasoning
 from proxy.ir.response import ErrorInfo, Response
 from proxy.ir.tokens import estimate_input_tokens
-from proxy.protocols.codec import Answer, ClientSide, Passthrough, Protocol, UpstreamSide
+from proxy.protocols.codec import Answer, ClientSide, Endpoint, Passthrough, Protocol, UpstreamSide
 from proxy.protocols.exchange import Exchange
 from proxy.protocols.messages import request, response, upstream_request, upstream_response
 from proxy.protocols.messages.errors import error_body, relayed_error_body
@@ -106,7 +106,15 @@ PASSTHROUGH = Passthrough(
     relayed_error=relayed_error_body,
 )
 
+def _count_tokens(body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """`POST /v1/messages/count_tokens`: a local estimate of the prompt's tokens (the model it names
+    must be one the client's key may use, which the edge checks). Claude Code adds `?beta=true`."""
+    req = request.decode(body, count_tokens=True)
+    return req.model, {"input_tokens": estimate_input_tokens(req)}
+
+
 PROTOCOL = Protocol(name="messages", title="Anthropic Messages", client=CLIENT, upstream=UPSTREAM,
-                    passthrough=PASSTHROUGH, aliases=("anthropic",))
+                    passthrough=PASSTHROUGH, aliases=("anthropic",),
+                    endpoints=(Endpoint("local", CLIENT.path + "/count_tokens", answer=_count_tokens),))
 
 __all__ = ["PROTOCOL", "thinking_enabled"]

@@ -1,7 +1,8 @@
 """The OpenAI Responses protocol, `responses`: the `/v1/responses` endpoints and `protocol: responses`
 upstreams. Everything the proxy knows about this wire format is in this package — the
-conversation state it keeps for clients of stateless upstreams included; this module puts it
-together as the protocol's `PROTOCOL`."""
+codecs of the conversation state the proxy keeps for clients of stateless upstreams included (the
+state itself, and its stores, are proxy.conversations'); this module puts it together as the
+protocol's `PROTOCOL`, with the endpoints beside `/v1/responses` (the WebSocket, compact)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,13 @@ from proxy.config import Upstream
 from proxy.errors import ProxyError, embedded_error
 from proxy.ir.request import TextPart
 from proxy.ir.response import ErrorInfo, Response
-from proxy.protocols.codec import Answer, ClientSide, Passthrough, Protocol, UpstreamSide
+from proxy.protocols.codec import Answer, ClientSide, Endpoint, Passthrough, Protocol, UpstreamSide
 from proxy.protocols.exchange import Compaction, Exchange
 from proxy.protocols.openai_errors import error_body, relayed_error_body
-from proxy.protocols.responses import compaction, request, response, upstream_request, upstream_response
+from proxy.protocols.responses import compaction, request, response, upstream_request, upstream_response, websocket
 from proxy.protocols.responses.compaction_stream import CompactionStreamEncoder
-from proxy.protocols.responses.conversation import ResponsesConversation, input_items
 from proxy.protocols.responses.passthrough import ResponsesPassthroughStream
+from proxy.protocols.responses.request import input_items
 from proxy.protocols.responses.stream_decode import ResponsesStreamDecoder
 from proxy.protocols.responses.stream_encode import ResponsesStreamEncoder
 from proxy.protocols.responses.tool_pairs import repair_tool_pairs
@@ -75,8 +76,8 @@ CLIENT = ClientSide(
     stream_encoder=_stream_encoder,
     error_body=error_body,
     # previous_response_id and item_reference: the proxy keeps what upstreams that are not this one
-    # cannot (proxy.protocols.responses.conversation).
-    conversation=ResponsesConversation,
+    # cannot (proxy.conversations).
+    keeps_conversations=True,
     affinity_key=request.conversation_key,
 )
 
@@ -95,7 +96,7 @@ UPSTREAM = UpstreamSide(
 def _prepare(ex: Exchange, body: dict[str, Any], model: str, upstream: Upstream) -> dict[str, Any]:
     # Everything goes up as the client sent it, only the model mapped — previous_response_id and
     # item_reference included when this upstream holds what they name; otherwise `body` already
-    # carries the conversation by value (proxy.protocols.responses.conversation).
+    # carries the conversation by value (proxy.conversations.responses).
     # Calls and outputs in `input` that lost their other half are repaired (the upstream rejects them).
     return {**repair_tool_pairs(body), "model": model}
 
@@ -122,7 +123,15 @@ PASSTHROUGH = Passthrough(
     relayed_error=relayed_error_body,
 )
 
+ENDPOINTS = (
+    # The WebSocket mode of `/v1/responses` (Codex), framed by proxy.protocols.responses.websocket.
+    Endpoint("socket", CLIENT.path, frames=websocket),
+    # Compaction as OpenAI serves it (v1): at a Responses upstream's own `/responses/compact`, else
+    # performed by the proxy (proxy.protocols.responses.compaction).
+    Endpoint("relayed", CLIENT.path + "/compact", upstream_path=UPSTREAM.path + "/compact", compacts=True),
+)
+
 PROTOCOL = Protocol(name="responses", title="OpenAI Responses", client=CLIENT, upstream=UPSTREAM,
-                    passthrough=PASSTHROUGH)
+                    passthrough=PASSTHROUGH, endpoints=ENDPOINTS)
 
 __all__ = ["PROTOCOL", "custom_tools", "include_encrypted"]

@@ -18,21 +18,12 @@ import uuid
 from typing import Any
 
 from proxy.config import Upstream
+from proxy.conversations.store import Origin, ResponseStore
 from proxy.errors import ProxyError
 from proxy.ir.reasoning import is_minted
 from proxy.protocols.exchange import Compaction
 from proxy.protocols.responses import compaction
-from proxy.protocols.responses.store import Origin, ResponseStore
-
-
-def input_items(body: dict[str, Any]) -> list[dict[str, Any]]:
-    """The request's `input` as items (a string is one user message)."""
-    inp = body.get("input")
-    if inp is None:
-        return []
-    if isinstance(inp, str):
-        return [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": inp}]}]
-    return [dict(item) for item in inp]
+from proxy.protocols.responses.request import input_items
 
 
 class ResponsesConversation:

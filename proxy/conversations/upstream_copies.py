@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 from urllib.parse import quote
 
+from proxy.conversations.store import Origin
 from proxy.errors import ProxyError, parse_upstream_error
-from proxy.protocols.responses.store import Origin
 from proxy.relay.loop import Relay
 from proxy.relay.transport import UpstreamCall
 from proxy.upstream.client import UpstreamNetworkError
