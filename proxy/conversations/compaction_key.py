@@ -19,7 +19,7 @@ import tempfile
 
 from proxy.config import Config
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("proxy.serving.compaction_key")  # its name before it moved: log lines unchanged
 
 FILE_NAME = "compaction.key"
 

@@ -18,7 +18,7 @@ from proxy.relay.transport import UpstreamCall
 from proxy.upstream.client import UpstreamNetworkError
 from proxy.upstream.outbound import ProxiesExhausted
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("proxy.blueprints.upstream_copies")  # its name before it moved: log lines unchanged
 
 
 def delete_upstream_copy(relay: Relay, origin: Origin, response_id: str, request_id: str) -> None:

@@ -1,4 +1,4 @@
-"""The streaming engine writing below the WSGI server (proxy/streaming.py with a ClientWriter):
+"""The streaming engine writing below the WSGI server (proxy/streaming/ with a ClientWriter):
 after the first frame, which the server writes with the headers, every frame goes to the client's
 socket from the engine itself — each its own HTTP chunk, byte for byte — and while the stream
 waits, a chunk that arrives is relayed in the hub without resuming the stream's greenlet. A client
