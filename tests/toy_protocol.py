@@ -24,7 +24,7 @@ from proxy.ir.events import BlockStart, BlockStop, Delta, Event, Failure, Finish
 from proxy.ir.request import Message, Request, TextPart
 from proxy.ir.response import ErrorInfo, Response, Usage
 from proxy.protocols import registry
-from proxy.protocols.codec import ClientSide, Passthrough, Protocol, UpstreamSide
+from proxy.protocols.codec import Answer, ClientSide, Passthrough, Protocol, UpstreamSide
 from proxy.protocols.sse import KEEPALIVE_COMMENT, SSEEvent, data_frame
 
 FINISHES = ("stop", "length", "tool_calls")
@@ -60,6 +60,8 @@ def decode_response(doc: dict[str, Any]) -> Response:
 class ToyStreamEncoder:
     def __init__(self) -> None:
         self.done = False
+        self.final: dict[str, Any] | None = None  # nothing for a conversation to keep
+        self.dropped: dict[str, int] = {}
         self._text: set[int] = set()  # open text blocks
 
     def encode(self, ev: Event) -> list[bytes]:
@@ -124,6 +126,8 @@ class ToyPassthroughStream:
         self.usage: Usage | None = None
         self.failed: ErrorInfo | None = None
         self.done = False
+        self.final: dict[str, Any] | None = None  # nothing for a conversation to keep
+        self.dropped: dict[str, int] = {}
         self._watch = ToyStreamDecoder()
 
     def feed(self, sse: SSEEvent) -> list[bytes]:
@@ -159,7 +163,7 @@ PROTOCOL = Protocol(
         validate=validate,
         model_and_stream=lambda body: (body["model"], bool(body.get("stream"))),
         decode_request=decode_request,
-        encode_response=lambda resp, ex: {"text": text_of(resp), "finish": resp.finish_reason or "stop"},
+        encode_response=lambda resp, ex: Answer({"text": text_of(resp), "finish": resp.finish_reason or "stop"}),
         stream_encoder=lambda ex: ToyStreamEncoder(),
         error_body=lambda info: {"toy_error": info.message},
     ),
@@ -173,7 +177,7 @@ PROTOCOL = Protocol(
     ),
     passthrough=Passthrough(
         prepare_request=lambda ex, body, model, up: {**body, "model": model},
-        normalise_response=lambda body, ex: body,
+        normalise_response=lambda body, ex: Answer(body),
         stream_relay=lambda ex, up: ToyPassthroughStream(),
         relayed_error=lambda body, info: body if "toy_error" in body else None,
     ),

@@ -20,6 +20,7 @@ from typing import Any
 
 from flask import Blueprint, Response, g, request
 
+from proxy import conversations
 from proxy.blueprints.auth import check_model
 from proxy.blueprints.http import client_key, client_key_name, client_socket, json_body, relay_response
 from proxy.blueprints.state import AppState, app_state
@@ -71,7 +72,7 @@ def completions_blueprint(protocol: Protocol) -> Blueprint:
             record.model, record.stream = client.model_and_stream(body)
             admit(state, client_key(), client, record, body)
             headers = {name: value for name in client.forwarded_headers if (value := request.headers.get(name))}
-            conversation = client.conversation(body, state.response_store) if client.conversation else None
+            conversation = conversations.for_request(client, body, state.response_store)
             ex = Exchange(protocol=protocol.name, body=body, model=record.model, stream=record.stream,
                           request_id=g.request_id, headers=headers, client_socket=client_socket(),
                           conversation=conversation,

@@ -2,24 +2,24 @@
 `proxy.blueprints.completions`'): retrieve, delete and list the input items of a stored response.
 
 Stored responses are served from the proxy's store whichever upstream answered (every answer is
-kept there, proxy.protocols.responses.conversation); deleting one that an upstream keeps too
-deletes it there first (proxy.blueprints.upstream_copies).
+kept there, proxy.conversations.responses); deleting one that an upstream keeps too
+deletes it there first (proxy.conversations.upstream_copies).
 """
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, current_app, g, jsonify, request
+from flask import Blueprint, Response, g, jsonify, request
 
-from proxy.blueprints.upstream_copies import delete_upstream_copy
+from proxy.blueprints.state import app_state
+from proxy.conversations.store import ResponseStore, StoredResponse
+from proxy.conversations.upstream_copies import delete_upstream_copy
 from proxy.errors import ProxyError
-from proxy.protocols.responses.store import ResponseStore, StoredResponse
 
 bp = Blueprint("responses_store", __name__)
 
 
 def _store() -> ResponseStore:
-    store: ResponseStore = current_app.extensions["llm_proxy"].response_store
-    return store
+    return app_state().response_store
 
 
 def _stored(response_id: str) -> StoredResponse:
@@ -41,7 +41,7 @@ def delete(response_id: str) -> Response:
     if entry.origin is not None and entry.origin.kept:
         # The upstream stores it too, and would still resolve it as a previous_response_id sent to
         # it as is: a client that deletes a response means it gone there as well.
-        delete_upstream_copy(current_app.extensions["llm_proxy"].relay, entry.origin, response_id, g.request_id)
+        delete_upstream_copy(app_state().relay, entry.origin, response_id, g.request_id)
     _store().delete(response_id)
     return jsonify({"id": response_id, "object": "response.deleted", "deleted": True})
 

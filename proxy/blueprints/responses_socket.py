@@ -1,13 +1,14 @@
-"""`GET /v1/responses` as a WebSocket: the Responses API's WebSocket mode, which Codex uses with
-OpenAI's own provider and with any provider configured `supports_websockets = true`.
+"""A protocol's main endpoint as a WebSocket (`Endpoint` of kind `socket`, as each protocol declares
+them in the registry): `GET /v1/responses`, the Responses API's WebSocket mode, which Codex uses
+with OpenAI's own provider and with any provider configured `supports_websockets = true`.
 
 Owns one connection's life: the upgrade (after the same key check as HTTP, in the edge's
 before-request hook; its 101 carries the request id and Codex's `x-codex-turn-state`), then one
 `response.create` frame after another, each run exactly as `POST /v1/responses` with `stream: true`
 runs — the same `Exchange`, the same relay and retry loop, pool, streaming engine (keepalives,
-idle deadline), records and hooks — its events sent one per frame (the SSE framing unwrapped,
-proxy.protocols.responses.websocket), and an error the HTTP path would have answered with a
-status sent as an error frame with that status. A response's conversation state goes to the
+idle deadline), records and hooks — its events sent one per frame (the SSE framing unwrapped by
+the endpoint's `frames`, proxy.protocols.responses.websocket), and an error the HTTP path would
+have answered with a status sent as an error frame with that status. A response's conversation state goes to the
 proxy's response store like any other, so the next turn — on this socket or another — chains on it.
 
 A client that closes the socket mid-response is noticed by the connection's reader at once: the
@@ -15,7 +16,7 @@ relay's wait for an upstream is interrupted, or the stream is told to end (`hang
 upstream connection and the account's lease are released as for an HTTP client that hangs up.
 
 Must not build requests, retry, translate or frame events itself (the relay, the codecs and the
-streaming engine do); frame shapes are proxy.protocols.responses.websocket's.
+streaming engine do); frame shapes are the protocol's (its endpoint's `frames`).
 """
 
 from __future__ import annotations
@@ -25,22 +26,24 @@ import logging
 import secrets
 import weakref
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import gevent
 from flask import Blueprint, Flask, Response, current_app, g, request
+from flask.blueprints import BlueprintSetupState
 
-from proxy import logs
+from proxy import conversations, logs
 from proxy.blueprints.auth import presented_key
 from proxy.blueprints.completions import admit
 from proxy.blueprints.http import client_key_name
 from proxy.blueprints.socket_server import BadUpgrade, ConnectionClosed, SocketServer
+from proxy.blueprints.state import AppState, app_state
 from proxy.errors import ProxyError
 from proxy.ops.records import OK, RequestRecord
 from proxy.protocols import registry
+from proxy.protocols.codec import Protocol
 from proxy.protocols.exchange import Exchange
-from proxy.protocols.responses import websocket as frames
-from proxy.protocols.responses.conversation import ResponsesConversation
 from proxy.relay.loop import RelayResult
 from proxy.streaming import ClientGone, StreamingBody
 
@@ -64,10 +67,22 @@ def close_all_sockets() -> int:
     return len(sockets)
 
 
-@bp.route("/v1/responses", methods=["GET"], websocket=True)
-def responses_socket() -> Response:
-    ResponsesSocket(current_app).serve(request.environ)
-    return _Handled()
+@bp.record
+def _routes(setup: BlueprintSetupState) -> None:
+    """Every registered protocol's socket endpoints (plugins' included), when the app is built."""
+    for protocol in registry.all_protocols():
+        for n, endpoint in enumerate(protocol.endpoints):
+            if endpoint.kind == "socket":
+                setup.add_url_rule(endpoint.rule, f"{protocol.name}_socket_{n}", _view(protocol, endpoint.frames),
+                                   methods=["GET"], websocket=True)
+
+
+def _view(protocol: Protocol, frames: Any) -> Callable[[], Response]:
+    def socket() -> Response:
+        ResponsesSocket(current_app, protocol, frames).serve(request.environ)
+        return _Handled()
+
+    return socket
 
 
 class _Handled(Response):
@@ -79,9 +94,10 @@ class _Handled(Response):
 
 
 class ResponsesSocket:
-    def __init__(self, app: Flask) -> None:
+    def __init__(self, app: Flask, protocol: Protocol, frames: Any) -> None:
         self.app = app
-        self.protocol = registry.get("responses")
+        self.protocol = protocol
+        self.frames = frames  # the protocol's WebSocket framing (proxy.protocols.responses.websocket)
         self.socket_id: str = g.request_id
         self.key_name = client_key_name()
         # Checked again for every response: a reload may have disabled the key or narrowed its models.
@@ -98,10 +114,10 @@ class ResponsesSocket:
         self._leaving = False  # close after the response in progress (going_away)
 
     @property
-    def state(self) -> Any:
+    def state(self) -> AppState:
         """The app's state as it is now: each response, like each HTTP request, starts on the config
         in force when it arrives (a reload swaps the state, proxy.serving.reconfigure)."""
-        return self.app.extensions["llm_proxy"]
+        return app_state(self.app)
 
     def serve(self, environ: dict[str, Any]) -> None:
         turn_state = request.headers.get(TURN_STATE) or secrets.token_hex(16)
@@ -148,21 +164,21 @@ class ResponsesSocket:
         record = RequestRecord(rid, self.key_name, self.protocol.name, model="", stream=True)
         try:
             frame = self._read(data)
-            if frame["type"] == frames.PROCESSED:
+            if frame["type"] == self.frames.PROCESSED:
                 self.turns -= 1  # an acknowledgement, not a request
                 return
             result = self._create(state, frame, record, rid)
         except ProxyError as err:
             state.hooks.finish(record, err.info.status, err.info.kind)
             if err.info.status != 499:
-                self._send(frames.error_frame(err, {"x-request-id": rid}))
+                self._send(self.frames.error_frame(err, {"x-request-id": rid}))
             return
         except (ClientGone, ConnectionClosed):
             return  # the client left: nothing to answer
         except Exception:
             log.exception("unhandled error in a websocket response")
             state.hooks.finish(record, 500, "api_error")
-            self._send(frames.error_frame(frames.unexpected(
+            self._send(self.frames.error_frame(self.frames.unexpected(
                 f"Internal error in the proxy (request id {rid}); the proxy's log has the details."),
                 {"x-request-id": rid}))
             return
@@ -171,7 +187,7 @@ class ResponsesSocket:
 
     def _read(self, data: str | bytes) -> dict[str, Any]:
         try:
-            frame = frames.read_frame(data)
+            frame = self.frames.read_frame(data)
         except ProxyError:
             self.received["invalid"] += 1
             raise
@@ -180,7 +196,7 @@ class ResponsesSocket:
 
     def _create(self, state: Any, frame: dict[str, Any], record: RequestRecord, rid: str) -> RelayResult | None:
         client = self.protocol.client
-        body, generate = frames.create_body(frame)
+        body, generate = self.frames.create_body(frame)
         entry = state.client_keys.match(self._key)
         if entry is None or entry.disabled:
             self._leaving = True  # the key no longer opens this proxy: answered, then the socket closes
@@ -192,12 +208,14 @@ class ResponsesSocket:
         log.debug("response.create rid=%s generate=%s previous_response_id=%s store=%s input=%s", rid, generate,
                   "yes" if body.get("previous_response_id") else "no", body.get("store", True),
                   ",".join(str(i.get("type") or "message") for i in body.get("input") or [] if isinstance(i, dict)))
-        conversation = ResponsesConversation(body, state.response_store, keep_unstored=True)
+        conversation = conversations.for_request(client, body, state.response_store, keep_unstored=True)
         if not generate:
-            conversation.items()  # a previous_response_id it names must exist, as for a real turn
+            if conversation is not None:
+                conversation.items()  # a previous_response_id it names must exist, as for a real turn
             log.info("warm-up rid=%s (generate: false): answered without an upstream", rid)
-            events, final = frames.warm_up(body, record.model)
-            conversation.keep_unanswered(final)
+            events, final = self.frames.warm_up(body, record.model)
+            if conversation is not None:
+                conversation.keep_unanswered(final)
             for event in events:
                 self._send(event)
             state.hooks.finish(record, 200, OK)
@@ -215,7 +233,7 @@ class ResponsesSocket:
             self._relaying = None
 
     def _relay_to_socket(self, state: Any, result: RelayResult, record: RequestRecord) -> None:
-        unwrap = frames.EventFrames()
+        unwrap = self.frames.EventFrames()
         if isinstance(result.body, bytes):  # an upstream that answered whole, unfolded into events
             state.hooks.finish(record, result.status, OK)  # answered, as for HTTP, whether or not the client stays
             for event in unwrap.feed(result.body):
@@ -248,7 +266,7 @@ class ResponsesSocket:
         self.ws.event.set()  # wake the receive() this socket's greenlet may be parked in
 
     def _send(self, event: dict[str, Any]) -> None:
-        self._send_text(frames.text(event))
+        self._send_text(self.frames.text(event))
 
     def _send_text(self, text: str) -> None:
         assert self.ws is not None

@@ -17,12 +17,12 @@ from flask import Flask, current_app
 
 from proxy.blueprints.auth import KeyChecker
 from proxy.config import Config
+from proxy.conversations.store import ResponseStore
 from proxy.limits.limiter import Limiter
 from proxy.ops.hooks import HookSet
 from proxy.ops.metrics import LiveGauges, Metrics
 from proxy.ops.usage_writer import UsageWriter
 from proxy.pool.pool import AccountPool
-from proxy.protocols.responses.store import ResponseStore
 from proxy.relay.loop import Relay
 from proxy.state.health import StoreHealth
 from proxy.upstream.catalog import Catalog

@@ -25,7 +25,7 @@ from proxy.protocols.messages import request as messages_request
 from proxy.protocols.messages.errors import error_body as messages_error_body
 from proxy.protocols.openai_errors import error_body as openai_error_body
 from proxy.protocols.responses import request as responses_request
-from proxy.protocols.responses.conversation import input_items
+from proxy.protocols.responses.request import input_items
 from proxy.protocols.sse import SSEParser
 
 _AS_CHAT = Upstream(name="demo", protocol="openai", base_url="", accounts=(),

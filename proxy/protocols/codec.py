@@ -18,8 +18,39 @@ from typing import Any
 from proxy.config import Upstream
 from proxy.ir.request import Request
 from proxy.ir.response import ErrorInfo, Response
-from proxy.protocols.exchange import ConversationState, Exchange
+from proxy.protocols.exchange import Exchange
 from proxy.protocols.transcode import StreamDecoder, StreamEncoder, StreamRelay
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A whole answer for the client, with what encoding it found out: `final`, the response object
+    a conversation keeps for the next turn (None: nothing to keep), and `dropped`, what was left out
+    for this client, by what ("reasoning": 2), for the log line."""
+
+    body: dict[str, Any]
+    final: dict[str, Any] | None = None
+    dropped: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """An endpoint a protocol's clients use beside its main one, which the HTTP edge serves for it
+    by kind, so that no blueprint names a protocol:
+    - `local`: answered by the proxy alone — `answer(body)` gives the model the request names (the
+      client's key must allow it) and the JSON answer (Messages' count_tokens);
+    - `socket`: the main endpoint's requests over a WebSocket at `rule` (GET), framed by `frames`,
+      the protocol's WebSocket module (Responses' `GET /v1/responses`);
+    - `relayed`: a request of the protocol relayed like the main one, to `upstream_path` on an
+      upstream of the same protocol; `compacts`: it asks for the conversation compacted
+      (Responses' `/v1/responses/compact`)."""
+
+    kind: str  # local | socket | relayed
+    rule: str
+    answer: Callable[[dict[str, Any]], tuple[str, dict[str, Any]]] | None = None
+    frames: Any = None
+    upstream_path: str | None = None
+    compacts: bool = False
 
 
 @dataclass(frozen=True)
@@ -30,7 +61,7 @@ class ClientSide:
     validate: Callable[[dict[str, Any]], None]  # a 400 (ProxyError) naming the field, for a body it cannot take
     model_and_stream: Callable[[dict[str, Any]], tuple[str, bool]]  # of a validated body
     decode_request: Callable[[dict[str, Any]], Request]
-    encode_response: Callable[[Response, Exchange], dict[str, Any]]
+    encode_response: Callable[[Response, Exchange], Answer]
     stream_encoder: Callable[[Exchange], StreamEncoder]
     error_body: Callable[[ErrorInfo], dict[str, Any]]  # the error envelope its SDKs parse
     # Client headers that go on to an upstream of this same protocol (Anthropic's version and betas).
@@ -39,8 +70,9 @@ class ClientSide:
     cors_headers: tuple[str, ...] = ()
     # Response headers its clients read, given the request id ({"request-id": rid} for Anthropic's).
     response_headers: Callable[[str], dict[str, str]] = lambda request_id: {}
-    # State the API keeps on the proxy between requests (Responses), given the body and the store.
-    conversation: Callable[[dict[str, Any], Any], ConversationState] | None = None
+    # The API keeps conversation state on the proxy between requests (Responses: previous_response_id,
+    # item_reference): the edge asks proxy.conversations for each request's `ConversationState`.
+    keeps_conversations: bool = False
     # The conversation a request belongs to, as its clients name it (a session header, a cache key,
     # a user field), given the body and the request's headers (names lower-cased): its next turn goes
     # to the account that served this one (proxy/relay/affinity.py). None: it names none.
@@ -71,7 +103,7 @@ class Passthrough:
     """Client and upstream speak this protocol: relay the body, normalising only what breaks clients."""
 
     prepare_request: Callable[[Exchange, dict[str, Any], str, Upstream], dict[str, Any]]  # (ex, body, model, up)
-    normalise_response: Callable[[dict[str, Any], Exchange], dict[str, Any]]
+    normalise_response: Callable[[dict[str, Any], Exchange], Answer]
     stream_relay: Callable[[Exchange, Upstream], StreamRelay]
     # The upstream's own error body for the client, in this protocol's envelope; None to re-express it.
     relayed_error: Callable[[dict[str, Any], ErrorInfo], dict[str, Any] | None]
@@ -85,3 +117,5 @@ class Protocol:
     upstream: UpstreamSide
     passthrough: Passthrough
     aliases: tuple[str, ...] = ()  # older `protocol:` values that still mean this one (deprecated)
+    # Endpoints beside the client's main one, which the edge serves for this protocol.
+    endpoints: tuple[Endpoint, ...] = ()

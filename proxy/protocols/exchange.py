@@ -2,16 +2,19 @@
 
 Owns the neutral description of "what the client asked for": its protocol, its parsed body,
 the model name it used (which it must see again in every answer), whether it streams, the
-client headers that matter to translation, the IR, decoded once and only when needed, and — for
-a client API that keeps conversations on the server — the conversation state each attempt is
-built from.
+client headers that matter to translation, the IR (the relay decodes it once, when an attempt
+first translates, and hands each attempt a copy of the exchange that carries it), and — for a
+client API that keeps conversations on the server — the conversation state each attempt is built
+from. An `Exchange` is immutable: what an attempt finds out (the final answer, what the encoder
+left out) comes back as values (`proxy.protocols.codec.Answer`, a stream relay's `final` and
+`dropped`), never written into it.
 Pure data: must not import Flask or requests.
 """
 
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -19,22 +22,37 @@ from proxy.config import Upstream
 from proxy.ir.request import Request
 
 
+@dataclass(frozen=True)
+class Compaction:
+    """The answer is a compaction the proxy performs (a summary, sealed): what the client's codec
+    needs to make it. `sealer` is the protocol's sealing key (opaque here); `replaces_conversation`:
+    the answer is the compacted conversation itself, not a response (Responses' `/responses/compact`)."""
+
+    sealer: Any
+    replaces_conversation: bool
+
+
 class ConversationState(Protocol):
     """State a stateful client API keeps on the proxy between requests (Responses: stored responses,
-    `previous_response_id`, `item_reference`). The relay asks it, for each attempt, which body the
-    attempt is built from and which hook keeps the finished answer — the decision depends on the
-    upstream and account the attempt is about to use."""
+    `previous_response_id`, `item_reference`; kept by `proxy.conversations`). The relay asks it, for
+    each attempt, which body the attempt is built from, and hands it the finished answer to keep —
+    both depend on the upstream and account the attempt used."""
+
+    @property
+    def compaction(self) -> Compaction | None:
+        """Set when the answer is a compaction the proxy performs (the client's codec makes it)."""
 
     def body_for(self, upstream: Upstream, account: str) -> dict[str, Any]: ...
 
-    def keeper(self, upstream: Upstream, account: str,
-               passthrough: bool) -> Callable[[dict[str, Any]], None] | None: ...
+    def keep(self, final: dict[str, Any], upstream: Upstream, account: str, passthrough: bool) -> None:
+        """Keep the finished response object the client got, for the next turn (may wait on a store:
+        called where waiting is allowed). `passthrough`: it is the upstream's own (its id)."""
 
     def previous_account(self, upstream: str) -> str | None:
         """The account of `upstream` that served the turn this request continues, if the state knows."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Exchange:
     protocol: str  # the client's protocol, by its name (chat_completions | messages | responses | …)
     body: dict[str, Any]
@@ -47,11 +65,6 @@ class Exchange:
     client_socket: socket.socket | None = None
     ir: Request | None = None
     conversation: ConversationState | None = None
-    # Called with the final response object when the answer completes (set per attempt from
-    # `conversation`: it keeps the answer for the next turn).
-    on_complete: Callable[[dict[str, Any]], None] | None = None
-    # What the client encoder left out for this client, by what ("reasoning": 2), for the log line.
-    dropped: dict[str, int] = field(default_factory=dict)
     # The path under the upstream's base URL when the request passes through to an upstream of the
     # client's protocol at another endpoint than the protocol's main one (Responses' `/responses/compact`);
     # None: the protocol's own path. A translated attempt always uses its upstream protocol's path.

@@ -5,14 +5,16 @@ Owns the seam between IO and translation: the engine hands each upstream SSE eve
 `StreamRelay` and yields the frames it returns. A relay is either a protocol's passthrough
 (same protocol both sides; `WatchedPassthrough` serves the protocols with named events) or a
 `Translation` — an upstream decoder feeding a client encoder through the internal events. Each
-exposes what the relay loop needs afterwards: usage for accounting and whether (and how) the
-stream failed.
+exposes what the relay loop needs afterwards, as data: usage for accounting, whether (and how) the
+stream failed, the final response object a conversation keeps (`final`) and what was left out for
+this client (`dropped`) — read by the relay when the stream ends, never handed to a callback.
 Pure: must not import Flask or requests.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from proxy.ir.events import Event, Failure, Finish, Start, UsageUpdate
@@ -28,6 +30,15 @@ class StreamDecoder(Protocol):
 class StreamEncoder(Protocol):
     done: bool
 
+    # What it finished with, read when the stream ends: the final response object (for a protocol
+    # whose conversations the proxy keeps; None until it finishes, and for a failure) and what it
+    # left out for this client, by what ("reasoning": 2).
+    @property
+    def final(self) -> dict[str, Any] | None: ...
+
+    @property
+    def dropped(self) -> Mapping[str, int]: ...
+
     def encode(self, ev: Event) -> list[bytes]: ...
     def keepalive(self) -> list[bytes]: ...
     def fail(self, info: ErrorInfo) -> list[bytes]: ...
@@ -38,6 +49,13 @@ class StreamRelay(Protocol):
     failed: ErrorInfo | None
 
     @property
+    def final(self) -> dict[str, Any] | None:  # see StreamEncoder
+        ...
+
+    @property
+    def dropped(self) -> Mapping[str, int]: ...
+
+    @property
     def done(self) -> bool:  # the client's terminator has been produced
         ...
 
@@ -45,12 +63,6 @@ class StreamRelay(Protocol):
     def close(self) -> list[bytes]: ...
     def keepalive(self) -> list[bytes]: ...
     def fail(self, info: ErrorInfo) -> list[bytes]: ...
-
-    # Optional (read with getattr, False when absent): True while `feed` may call out to something
-    # that waits — the Responses keeper storing the finished answer, over the network with a shared
-    # store. The streaming engine then never runs `feed` in the event loop's own callback, where
-    # waiting is impossible (docs/architecture.md §6.1).
-    # calls_out: bool
 
 
 def parse_payload(text: str, noun: str) -> dict[str, Any] | ErrorInfo:
@@ -96,6 +108,8 @@ class WatchedPassthrough:
         self.failed: ErrorInfo | None = None
         self.done = False
         self.watch = decoder
+        self.final: dict[str, Any] | None = None
+        self.dropped: dict[str, int] = {}
 
     def feed(self, sse: SSEEvent) -> list[bytes]:
         if self.done:
@@ -145,9 +159,12 @@ class Translation:
         return self.encoder.done
 
     @property
-    def calls_out(self) -> bool:
-        """Translating may call out to something that waits (see StreamRelay)."""
-        return bool(getattr(self.encoder, "calls_out", False))
+    def final(self) -> dict[str, Any] | None:
+        return self.encoder.final
+
+    @property
+    def dropped(self) -> Mapping[str, int]:
+        return self.encoder.dropped
 
     def feed(self, sse: SSEEvent) -> list[bytes]:
         return self._encode(self.decoder.feed(sse))

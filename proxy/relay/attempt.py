@@ -9,7 +9,11 @@ this one), and turning a good answer into the client's: a stream handed to the s
 or one body translated whole. Every way an attempt ends releases its lease exactly once (a stream
 releases it when it closes) and is told to the hooks as one `AttemptRecord` — request id, upstream,
 account, status, class, action, elapsed time — which `proxy.ops.log_lines` writes as the attempt's
-log line: the relay states facts and formats no line about an attempt.
+log line: the relay states facts and formats no line about an attempt. What the answer's encoding
+finds out comes back as values — a whole answer's `Answer`, a stream relay's `final` and `dropped`,
+read in the streaming engine's end-of-stream callback — and the finished response object goes to
+the request's conversation state there, never through a hook written into the `Exchange`. An
+attempt is given what it uses (`AttemptKit`: transport, pools, clock, hooks, …), not the relay loop.
 
 Must not choose the account or the route, nor decide whether to try again (the loop's, which is
 told by `NextAccount`), nor read a socket (the transport's); translates nothing itself (the codecs').
@@ -20,29 +24,30 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, replace
+from typing import Any
 
+from proxy.config import Streaming
 from proxy.errors import ProxyError, parse_upstream_error, scrub
 from proxy.ir.fold import unfold
+from proxy.ir.request import Request
 from proxy.ir.response import ErrorInfo
+from proxy.ops.hooks import Hooks
 from proxy.ops.records import OK, AttemptRecord, RequestRecord
 from proxy.pool.classify import NETWORK_ACTION, NETWORK_CLASS, Verdict
-from proxy.pool.pool import Lease
+from proxy.pool.pool import AccountPool, Lease
 from proxy.protocols import registry
 from proxy.protocols.codec import Passthrough, Protocol
 from proxy.protocols.exchange import Exchange
 from proxy.protocols.sse import dumps
 from proxy.protocols.transcode import StreamRelay, Translation
 from proxy.relay.first_byte import FirstByteBudget, OutOfTime, Tried, timed_out
-from proxy.relay.transport import ClientStream, UpstreamAnswer, UpstreamCall
+from proxy.relay.transport import ClientStream, Transport, UpstreamAnswer, UpstreamCall
+from proxy.relay.unsupported_fields import UnsupportedFields
 from proxy.routing import Route
 from proxy.streaming import EarlyStreamFailure, StreamOutcome
 from proxy.upstream.client import UpstreamNetworkError
 from proxy.upstream.outbound import ProxiesExhausted
-
-if TYPE_CHECKING:
-    from proxy.relay.loop import Relay
 
 log = logging.getLogger("proxy.relay")
 
@@ -75,6 +80,38 @@ class NextAccount(Exception):
 
 
 @dataclass(frozen=True)
+class AttemptKit:
+    """What an attempt uses, given by the relay loop: the transport to upstreams, the pools (the
+    leased account's, to judge a failure), the clock, the hooks told of every attempt, the secrets
+    scrubbed from what upstreams say, the fields each upstream does not take, and the limits of
+    an answer (the streaming settings, `max_response_bytes`)."""
+
+    transport: Transport
+    pools: Mapping[str, AccountPool]
+    clock: Callable[[], float]
+    hooks: Hooks
+    secrets: tuple[str, ...]
+    unsupported: UnsupportedFields
+    streaming: Streaming
+    max_response_bytes: int
+
+
+class DecodedOnce:
+    """The client's request in the IR, decoded by the first attempt that translates and kept for
+    the request's other attempts (every upstream of another protocol is built from the same body)."""
+
+    __slots__ = ("request",)
+
+    def __init__(self) -> None:
+        self.request: Request | None = None
+
+    def get(self, decode: Callable[[dict[str, Any]], Request], body: dict[str, Any]) -> Request:
+        if self.request is None:
+            self.request = decode(body)
+        return self.request
+
+
+@dataclass(frozen=True)
 class _Sides:
     """The protocols of one attempt: the client's, the upstream's, and the passthrough when they are
     the same protocol (None: the body is translated through the IR)."""
@@ -91,13 +128,14 @@ class Attempt:
     """`ex` tried on the leased account of `route`'s upstream. `run()` returns the client's answer,
     or raises NextAccount (another account may do better) or ProxyError (this is the answer)."""
 
-    __slots__ = ("budget", "ex", "lease", "pool", "record", "relay", "route", "sides", "started")
+    __slots__ = ("budget", "decoded", "ex", "kit", "lease", "pool", "record", "route", "sides", "started")
 
-    def __init__(self, relay: Relay, ex: Exchange, route: Route, lease: Lease, budget: FirstByteBudget,
-                 record: RequestRecord | None = None) -> None:
-        self.relay, self.ex, self.route, self.lease, self.budget = relay, ex, route, lease, budget
+    def __init__(self, kit: AttemptKit, ex: Exchange, route: Route, lease: Lease, budget: FirstByteBudget,
+                 record: RequestRecord | None = None, decoded: DecodedOnce | None = None) -> None:
+        self.kit, self.ex, self.route, self.lease, self.budget = kit, ex, route, lease, budget
         self.record = record
-        self.pool = relay.pools[route.upstream.name]
+        self.decoded = decoded if decoded is not None else DecodedOnce()
+        self.pool = kit.pools[route.upstream.name]
         # Decided here, once per attempt: the client's body passes through to an upstream of its own
         # protocol, else it is translated (each attempt may be on an upstream of another protocol).
         self.sides = _Sides(registry.get(ex.protocol), registry.get(route.upstream.protocol))
@@ -113,14 +151,14 @@ class Attempt:
             sides.upstream.upstream.path
         call = UpstreamCall(upstream, lease.account, path, body, ex.request_id,
                             headers=headers, header_wait=header_wait, first_byte=self.budget)
-        self.started = self.relay.clock()
+        self.started = self.kit.clock()
         try:
-            answer = self.relay.transport.send(call)
+            answer = self.kit.transport.send(call)
         except OutOfTime:
             # Judged as the header timeout it is: counted, and the account stays in rotation.
             self._log("-", f"{NETWORK_CLASS}:first_byte_total", "fail")
             lease.release(failure=NETWORK_CLASS)
-            cut_at = self.relay.clock() - self.started
+            cut_at = self.kit.clock() - self.started
             raise NextAccount(timed_out(upstream.name, cut_at), network=True,
                               tried=Tried(upstream.name, cut_at)) from None
         except ProxiesExhausted as exhausted:
@@ -137,10 +175,10 @@ class Attempt:
 
         if answer.status >= 300:
             raw = answer.read()
-            info = parse_upstream_error(answer.status, raw, self.relay.secrets)
+            info = parse_upstream_error(answer.status, raw, self.kit.secrets)
             self._judge(self.pool.classify(answer.status, raw.decode("utf-8", "replace")), info, answer.headers)
             relayed = sides.passthrough.relayed_error if sides.passthrough is not None else None
-            raise _client_error(info, raw, relayed, self.relay.secrets)
+            raise _client_error(info, raw, relayed, self.kit.secrets)
 
         if ex.stream and _is_event_stream(answer.headers.get("Content-Type", "")):
             return self._stream(answer)
@@ -153,16 +191,16 @@ class Attempt:
             # Whether the upstream can be sent the client's references as they are depends on
             # which upstream account this attempt uses; so does the origin the answer is kept with.
             client_body = ex.conversation.body_for(route.upstream, self.lease.account.id)
-            ex.on_complete = ex.conversation.keeper(route.upstream, self.lease.account.id,
-                                                    sides.passthrough is not None)
         if sides.passthrough is not None:
             prepared = sides.passthrough.prepare_request(ex, client_body, route.model, route.upstream)
         else:
-            if ex.ir is None:  # built from the same body for every upstream of another protocol
-                ex.ir = sides.client.client.decode_request(client_body)
-            prepared = sides.upstream.upstream.encode_request(ex.ir, route.model, route.upstream)
+            ir = self.decoded.get(sides.client.client.decode_request, client_body)
+            prepared = sides.upstream.upstream.encode_request(ir, route.model, route.upstream)
+        if ex.ir is None and self.decoded.request is not None:
+            # The codecs of this attempt see the IR (a client encoder estimates from it).
+            self.ex = ex = replace(ex, ir=self.decoded.request)
         # Fields this upstream rejects leave here, whichever path built the body.
-        return dumps(self.relay.unsupported.strip(prepared, route.upstream.name, route.upstream.unsupported,
+        return dumps(self.kit.unsupported.strip(prepared, route.upstream.name, route.upstream.unsupported,
                                                   sides.upstream.upstream.nested_fields))
 
     def _stream(self, answer: UpstreamAnswer) -> RelayResult:
@@ -174,7 +212,13 @@ class Attempt:
             assert ex.ir is not None
             decoder = sides.upstream.upstream.stream_decoder(ex.ir, route.upstream)
             relay = Translation(decoder, sides.client.client.stream_encoder(ex))
-        clock, started, record, hooks = self.relay.clock, self.started, self.record, self.relay.hooks
+        clock, started, record, hooks = self.kit.clock, self.started, self.record, self.kit.hooks
+        passthrough = sides.passthrough is not None
+
+        def on_end() -> None:
+            # The stream has finished; its last frames are not out yet, and waiting is allowed here.
+            if ex.conversation is not None and relay.final is not None:
+                ex.conversation.keep(relay.final, route.upstream, lease.account.id, passthrough)
 
         def on_close(outcome: StreamOutcome) -> None:
             failure = "client_gone" if outcome.client_gone else (outcome.error.kind if outcome.error else None)
@@ -183,12 +227,12 @@ class Attempt:
             end = "client disconnected" if outcome.client_gone else ("in-band error" if outcome.error else "ok")
             log.info("stream end rid=%s upstream=%s account=%s frames=%d result=%s elapsed_ms=%d%s",
                      ex.request_id, route.upstream.name, lease.account.id, outcome.frames, end,
-                     (clock() - started) * 1000, _dropped(ex))
+                     (clock() - started) * 1000, _dropped(relay.dropped))
             if record is not None and record.finish(200, failure or OK, outcome.usage):
                 hooks.stream_closed(record)
                 hooks.request_done(record)
 
-        body = answer.stream(relay, self.relay.config.streaming, ex.client_socket, on_close)
+        body = answer.stream(relay, self.kit.streaming, ex.client_socket, on_close, on_end)
         try:
             body.prime(self.budget.deadline, self.budget.no_event(route.upstream.name))
         except EarlyStreamFailure as early:
@@ -201,20 +245,20 @@ class Attempt:
         except BaseException:
             body.close()
             raise
-        self._log(200, "ok", "stream")
+        self._log(200, "ok", "stream", relay.dropped)
         if self.record is not None:
             self.record.first_byte()  # the primed first frame goes out as soon as the blueprint returns
-            self.relay.hooks.stream_opened(self.record)
+            self.kit.hooks.stream_opened(self.record)
         return RelayResult(200, dict(SSE_HEADERS), body)
 
     def _whole(self, answer: UpstreamAnswer) -> RelayResult:
-        ex, route, lease, sides = self.ex, self.route, self.lease, self.sides
+        ex, lease, sides = self.ex, self.lease, self.sides
         doc = self._read_json(answer)
-        embedded = sides.upstream.upstream.error_in_body(doc, self.relay.secrets)
+        embedded = sides.upstream.upstream.error_in_body(doc, self.kit.secrets)
         if embedded is not None:
             # A 200 whose body is an error (some compatible servers do this): judge it as that error.
             self._judge(self.pool.classify(embedded.status, embedded.message), embedded, answer.headers)
-            raise _client_error(embedded, None, None, self.relay.secrets)
+            raise _client_error(embedded, None, None, self.kit.secrets)
         decoded = sides.upstream.upstream.decode_response(doc)
         lease.release(usage=decoded.usage)
         if self.record is not None:
@@ -222,21 +266,26 @@ class Attempt:
         if ex.stream:
             # Asked to stream, answered with one body: give the client the stream it expects —
             # translated, so the answer it gets (and keeps) is not the upstream's own object.
-            if ex.conversation is not None:
-                ex.on_complete = ex.conversation.keeper(route.upstream, lease.account.id, False)
             encoder = sides.client.client.stream_encoder(ex)
             frames = [f for ev in unfold(decoded) for f in encoder.encode(ev)]
-            self._log(answer.status, "ok", "return as stream")
+            self._keep(encoder.final, passthrough=False)
+            self._log(answer.status, "ok", "return as stream", encoder.dropped)
             return RelayResult(200, dict(SSE_HEADERS), b"".join(frames))
         if sides.passthrough is not None:
             out = sides.passthrough.normalise_response(doc, ex)
         else:
             out = sides.client.client.encode_response(decoded, ex)
-        self._log(answer.status, "ok", "return")
-        return RelayResult(200, {"Content-Type": "application/json"}, dumps(out))
+        self._keep(out.final, passthrough=sides.passthrough is not None)
+        self._log(answer.status, "ok", "return", out.dropped)
+        return RelayResult(200, {"Content-Type": "application/json"}, dumps(out.body))
+
+    def _keep(self, final: dict[str, Any] | None, passthrough: bool) -> None:
+        """The finished response object to the request's conversation state, which keeps it."""
+        if self.ex.conversation is not None and final is not None:
+            self.ex.conversation.keep(final, self.route.upstream, self.lease.account.id, passthrough)
 
     def _read_json(self, answer: UpstreamAnswer) -> dict[str, Any]:
-        name, limit = self.route.upstream.name, self.relay.config.max_response_bytes
+        name, limit = self.route.upstream.name, self.kit.max_response_bytes
         raw = answer.read(limit + 1)
         if len(raw) > limit:
             self.lease.release(failure="upstream_error")
@@ -261,25 +310,25 @@ class Attempt:
             raise NextAccount(info, action=verdict.action,
                               tried=Tried(self.route.upstream.name, None, f"HTTP {info.status}"))
 
-    def _log(self, status: Any, klass: str, action: str) -> None:
+    def _log(self, status: Any, klass: str, action: str, dropped: Mapping[str, int] | None = None) -> None:
         """The attempt, for the hooks — its log line among them (proxy.ops.log_lines); the request's
-        record learns where its latest attempt went."""
+        record learns where its latest attempt went. `dropped`: what the client's encoder left out."""
         ex, upstream, account = self.ex, self.route.upstream.name, self.lease.account.id
-        elapsed = self.relay.clock() - self.started
+        elapsed = self.kit.clock() - self.started
         if self.record is not None:
             record = self.record
             record.upstream, record.account, record.upstream_model = upstream, account, self.route.model
             record.attempts += 1
-        self.relay.hooks.attempt(AttemptRecord(ex.request_id, upstream, account,
+        self.kit.hooks.attempt(AttemptRecord(ex.request_id, upstream, account,
                                                status if isinstance(status, int) else None, klass, action, elapsed,
-                                               self.record, dict(ex.dropped) if ex.dropped else None))
+                                               self.record, dict(dropped) if dropped else None))
 
 
-def _dropped(ex: Exchange) -> str:
+def _dropped(dropped: Mapping[str, int]) -> str:
     """What the client's encoder left out for this client, for the log line (" dropped=reasoning:2")."""
-    if not ex.dropped:
+    if not dropped:
         return ""
-    return " dropped=" + ",".join(f"{what}:{n}" for what, n in sorted(ex.dropped.items()))
+    return " dropped=" + ",".join(f"{what}:{n}" for what, n in sorted(dropped.items()))
 
 
 def _is_event_stream(content_type: str) -> bool:

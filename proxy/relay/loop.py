@@ -31,7 +31,7 @@ from proxy.ops.records import RequestRecord
 from proxy.pool.pool import AccountPool
 from proxy.protocols.exchange import Exchange
 from proxy.relay.affinity import Affinity
-from proxy.relay.attempt import Attempt, NextAccount, RelayResult
+from proxy.relay.attempt import Attempt, AttemptKit, DecodedOnce, NextAccount, RelayResult
 from proxy.relay.first_byte import FirstByteBudget, all_timed_out_message, out_of_time_message
 from proxy.relay.transport import Transport
 from proxy.relay.unsupported_fields import UnsupportedFields
@@ -67,6 +67,9 @@ class Relay:
         # Only a stream's wait is bounded across attempts: a non-streamed answer's first byte is
         # the whole answer, which may take as long as the generation (each attempt has `read`).
         budget = FirstByteBudget(self.config.timeouts.first_byte_total if ex.stream else None, self.clock)
+        kit = AttemptKit(self.transport, self.pools, self.clock, self.hooks, self.secrets, self.unsupported,
+                         self.config.streaming, self.config.max_response_bytes)
+        decoded = DecodedOnce()  # the IR, decoded by the first attempt that translates
         failures: list[NextAccount] = []
         for route in routes:
             pool = self.pools[route.upstream.name]
@@ -84,7 +87,7 @@ class Relay:
                 tried.add(lease.account.id)
                 try:
                     with hangup_aborts(ex.client_socket):
-                        result = Attempt(self, ex, route, lease, budget, record).run()
+                        result = Attempt(kit, ex, route, lease, budget, record, decoded).run()
                     if self.affinity is not None:
                         self.affinity.served(route.upstream, conversation, lease.account.id, prefer)
                     return result

@@ -79,9 +79,10 @@ class UpstreamAnswer(Protocol):
         memory), whatever of it came before it broke off; closes the answer."""
 
     def stream(self, relay: StreamRelay, settings: Streaming, client_socket: socket.socket | None,
-               on_close: Callable[[StreamOutcome], None]) -> ClientStream:
-        """Hand the body to the streaming engine, which relays it through `relay` and closes the
-        answer when the client's stream ends (then calls `on_close` once)."""
+               on_close: Callable[[StreamOutcome], None], on_end: Callable[[], None] | None = None) -> ClientStream:
+        """Hand the body to the streaming engine, which relays it through `relay`, calls `on_end`
+        once when the stream has finished (before its last frames go out, where it may wait), and
+        closes the answer when the client's stream ends (then calls `on_close` once)."""
 
 
 class Transport(Protocol):
@@ -127,5 +128,5 @@ class _HTTPAnswer:
         return read_capped(self._response, limit)
 
     def stream(self, relay: StreamRelay, settings: Streaming, client_socket: socket.socket | None,
-               on_close: Callable[[StreamOutcome], None]) -> ClientStream:
-        return StreamingBody(self._response, relay, settings, client_socket, on_close)
+               on_close: Callable[[StreamOutcome], None], on_end: Callable[[], None] | None = None) -> ClientStream:
+        return StreamingBody(self._response, relay, settings, client_socket, on_close, on_end)

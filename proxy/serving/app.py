@@ -41,6 +41,7 @@ from proxy.blueprints import reload as reload_endpoints
 from proxy.blueprints.completions import completions_blueprint
 from proxy.blueprints.state import AppState, app_state, install
 from proxy.config import Config
+from proxy.conversations.compaction_key import compaction_secret
 from proxy.ops.hooks import HookSet
 from proxy.ops.log_lines import LogLines
 from proxy.ops.metrics import LiveGauges, Metrics
@@ -50,7 +51,6 @@ from proxy.ops.usage_writer import UsageWriter
 from proxy.protocols import registry
 from proxy.protocols.responses.compaction import Sealer
 from proxy.serving import forwarded, master
-from proxy.serving.compaction_key import compaction_secret
 from proxy.serving.parts import config_parts
 from proxy.serving.reconfigure import Reloader
 from proxy.serving.state_backend import open_stores

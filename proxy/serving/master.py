@@ -40,9 +40,9 @@ from typing import Any
 from proxy import logs
 from proxy.config import Config, ConfigError, load
 from proxy.config.load import read_text
+from proxy.conversations.compaction_key import compaction_secret
 from proxy.protocols import registry
 from proxy.serving import config_check, config_snapshots
-from proxy.serving.compaction_key import compaction_secret
 from proxy.serving.summary import summary, summary_fields
 from proxy.state import schema
 

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.config import Config
+from proxy.conversations.redis_store import SharedResponseStore
+from proxy.conversations.store import ResponseStore
 from proxy.limits.limiter import Limiter
 from proxy.limits.store import SQLiteLimitStore
 from proxy.ops.redis_usage_store import RedisUsageStore
@@ -44,8 +46,6 @@ from proxy.pool.lease import SlotLedger
 from proxy.pool.redis_slots import RedisSlots
 from proxy.pool.redis_store import RedisStore
 from proxy.pool.store import MemoryStore, SQLiteStore, StateStore
-from proxy.protocols.responses.shared_store import SharedResponseStore
-from proxy.protocols.responses.store import ResponseStore
 from proxy.relay.affinity import Affinity
 from proxy.serving import master
 from proxy.state.health import StoreHealth

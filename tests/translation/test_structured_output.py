@@ -124,5 +124,5 @@ def test_a_messages_upstreams_call_of_the_json_tool_comes_back_as_the_answers_te
     assert isinstance(part, TextPart) and json.loads(part.text) == {"city": "Paris", "temperature": 21}
     for protocol in UPSTREAMS:  # and each client sees a plain JSON answer
         ex = Exchange(protocol=protocol, body={"model": "m"}, model="m", stream=False, request_id="r")
-        encoded = json.dumps(registry.get(protocol).client.encode_response(answer, ex))
+        encoded = json.dumps(registry.get(protocol).client.encode_response(answer, ex).body)
         assert JSON_TOOL not in encoded and "Paris" in encoded

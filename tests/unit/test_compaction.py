@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from proxy.config import ConfigError, parse
+from proxy.conversations.compaction_key import compaction_secret
 from proxy.errors import ProxyError
 from proxy.ir.events import BlockStart, BlockStop, Delta, Finish, Start, UsageUpdate
 from proxy.ir.request import ReasoningPart, TextPart
@@ -23,7 +24,6 @@ from proxy.protocols.responses.compaction import (
 )
 from proxy.protocols.responses.compaction_stream import CompactionStreamEncoder
 from proxy.protocols.sse import SSEParser, loads
-from proxy.serving.compaction_key import compaction_secret
 
 SECRET = "s" * 40
 USER = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}
@@ -64,8 +64,8 @@ def frames_of(encoder: CompactionStreamEncoder, events: list) -> list[dict]:
 
 
 def test_the_compaction_stream_has_one_item_and_no_reasoning_or_text_deltas() -> None:
-    sealer, kept = Sealer(SECRET), []
-    encoder = CompactionStreamEncoder({"model": "m"}, "m", sealer, kept.append)
+    sealer = Sealer(SECRET)
+    encoder = CompactionStreamEncoder({"model": "m"}, "m", sealer)
     events = frames_of(encoder, [Start("x", "m", 0), BlockStart(ReasoningPart(), 0), Delta("thinking", 0),
                                  BlockStop(0), BlockStart(TextPart(""), 1), Delta("the ", 1), Delta("summary", 1),
                                  BlockStop(1), UsageUpdate(Usage(input_tokens=10, output_tokens=4)), Finish("stop")])
@@ -74,7 +74,7 @@ def test_the_compaction_stream_has_one_item_and_no_reasoning_or_text_deltas() ->
     assert [e["sequence_number"] for e in events] == list(range(5))
     item = events[-1]["response"]["output"][0]
     assert item["type"] == "compaction" and sealer.open(item["encrypted_content"], "x") == "the summary"
-    assert events[-1]["response"]["usage"]["output_tokens"] == 4 and kept == [events[-1]["response"]]
+    assert events[-1]["response"]["usage"]["output_tokens"] == 4 and encoder.final == events[-1]["response"]
 
 
 def test_an_empty_summary_fails_the_response() -> None:

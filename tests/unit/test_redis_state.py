@@ -8,13 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.config.state import StateConfig
+from proxy.conversations.redis_store import SharedResponseStore
+from proxy.conversations.store import Origin
 from proxy.ops.redis_usage_store import RedisUsageStore
 from proxy.ops.usage_store import RecentEntry, UsageQuery, UsageRow
 from proxy.pool.redis_slots import RedisSlots
 from proxy.pool.redis_store import RedisStore
 from proxy.pool.store import AccountRecord, CounterDelta, ProxyRecord
-from proxy.protocols.responses.shared_store import SharedResponseStore
-from proxy.protocols.responses.store import Origin
 from proxy.state.health import StoreHealth
 from tests.redis_server import RedisServer
 

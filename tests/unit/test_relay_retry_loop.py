@@ -51,10 +51,11 @@ class Clock:
 class FakeStream:
     """The streaming engine's part, in memory: the upstream's SSE bytes through the attempt's real
     relay, with the engine's contract — `prime` raises EarlyStreamFailure when the stream fails
-    before its first frame, and `close` reports the outcome once."""
+    before its first frame, `on_end` runs once the stream finished, and `close` reports the outcome once."""
 
-    def __init__(self, data: bytes, relay: StreamRelay, on_close: Callable[[StreamOutcome], None]) -> None:
-        self.data, self.relay, self.on_close = data, relay, on_close
+    def __init__(self, data: bytes, relay: StreamRelay, on_close: Callable[[StreamOutcome], None],
+                 on_end: Callable[[], None] | None = None) -> None:
+        self.data, self.relay, self.on_close, self.on_end = data, relay, on_close, on_end
         self.frames: list[bytes] = []
         self.closed = False
 
@@ -68,6 +69,8 @@ class FakeStream:
         self.frames += self.relay.close()
         if self.relay.failed is not None and failed_at == 0:
             raise EarlyStreamFailure(self.relay.failed)
+        if self.relay.done and self.on_end is not None:
+            self.on_end()
 
     def __iter__(self) -> Iterator[bytes]:
         return iter(self.frames)
@@ -94,8 +97,8 @@ class Answer:
         return self.body[:limit]
 
     def stream(self, relay: StreamRelay, settings: Any, client_socket: Any,
-               on_close: Callable[[StreamOutcome], None]) -> FakeStream:
-        self.streams.append(FakeStream(self.body, relay, on_close))
+               on_close: Callable[[StreamOutcome], None], on_end: Callable[[], None] | None = None) -> FakeStream:
+        self.streams.append(FakeStream(self.body, relay, on_close, on_end))
         return self.streams[-1]
 
 

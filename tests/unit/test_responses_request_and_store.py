@@ -9,12 +9,13 @@ from typing import Any
 import pytest
 
 from proxy.config import Account, Upstream
+from proxy.conversations.responses import ResponsesConversation
+from proxy.conversations.store import Origin, ResponseStore
 from proxy.errors import ProxyError
 from proxy.ir.request import ReasoningPart, TextPart, ToolCallPart
-from proxy.protocols.responses.conversation import ResponsesConversation
+from proxy.ir.response import ErrorInfo
 from proxy.protocols.responses.passthrough import ResponsesPassthroughStream
 from proxy.protocols.responses.request import decode
-from proxy.protocols.responses.store import Origin, ResponseStore
 from proxy.protocols.responses.stream_encode import ResponsesStreamEncoder
 from proxy.protocols.sse import SSEEvent, event_frame
 
@@ -137,18 +138,17 @@ def test_every_answer_is_kept_with_its_origin_unless_store_is_false() -> None:
     store = ResponseStore()
     body = {"model": "m", "input": "hi"}
     conversation = ResponsesConversation(body, store)
-    keep = conversation.keeper(RESP, "r1", passthrough=True)
-    assert keep is not None
-    keep({"id": "resp_up", "store": True, "output": []})
+    conversation.keep({"id": "resp_up", "store": True, "output": []}, RESP, "r1", passthrough=True)
     entry = store.get("resp_up")
     assert entry is not None and entry.origin == Origin("resp", "r1", kept=True)
     assert entry.input_items[0]["content"][0]["text"] == "hi" and entry.input_items[0]["id"].startswith("msg_")
-    translated = conversation.keeper(RESP, "r1", passthrough=False)
-    assert translated is not None
-    translated({"id": "resp_proxy", "store": True, "output": []})  # the proxy's own id: the upstream has none
+    # The proxy's own id: the upstream has none.
+    conversation.keep({"id": "resp_proxy", "store": True, "output": []}, RESP, "r1", passthrough=False)
     entry = store.get("resp_proxy")
     assert entry is not None and entry.origin is not None and not entry.origin.kept
-    assert ResponsesConversation({**body, "store": False}, store).keeper(RESP, "r1", passthrough=True) is None
+    ResponsesConversation({**body, "store": False}, store).keep({"id": "resp_unstored", "output": []}, RESP, "r1",
+                                                               passthrough=True)
+    assert store.get("resp_unstored") is None
 
 
 def passthrough_events(previous: str | None) -> list[SSEEvent]:
@@ -164,39 +164,32 @@ def passthrough_events(previous: str | None) -> list[SSEEvent]:
                        ("response.completed", {"response": done})])]
 
 
-def test_a_passthrough_stream_is_kept_once_at_its_end_and_echoes_the_clients_previous_id() -> None:
-    kept: list[dict[str, Any]] = []
-    relay = ResponsesPassthroughStream(kept.append)
-    frames = [frame for sse in passthrough_events(None) for frame in relay.feed(sse)]
+def test_a_passthrough_stream_finishes_with_its_final_response_and_echoes_the_clients_previous_id() -> None:
+    relay = ResponsesPassthroughStream()
+    frames = []
+    for sse in passthrough_events(None):
+        assert relay.final is None  # only once it finished
+        frames += relay.feed(sse)
     assert frames == [event_frame(sse) for sse in passthrough_events(None)]  # byte for byte
-    assert [k["id"] for k in kept] == ["resp_up"] and kept[0]["status"] == "completed"
+    assert relay.final is not None and relay.final["id"] == "resp_up" and relay.final["status"] == "completed"
     # The conversation went up by value: the lifecycle events say what the client chained from.
-    kept.clear()
-    relay = ResponsesPassthroughStream(kept.append, "resp_prev")
+    relay = ResponsesPassthroughStream("resp_prev")
     frames = [frame for sse in passthrough_events(None) for frame in relay.feed(sse)]
     created, _, _, completed = (json.loads(frame.split(b"data: ", 1)[1]) for frame in frames)
     assert created["response"]["previous_response_id"] == completed["response"]["previous_response_id"] == "resp_prev"
     assert frames[1] == event_frame(passthrough_events(None)[1])
-    assert kept[0]["previous_response_id"] == "resp_prev"
+    assert relay.final is not None and relay.final["previous_response_id"] == "resp_prev"
     # Sent as is, the upstream echoes it itself: nothing is rewritten.
-    relay = ResponsesPassthroughStream(None, "resp_prev")
+    relay = ResponsesPassthroughStream("resp_prev")
     assert [f for sse in passthrough_events("resp_prev") for f in relay.feed(sse)] == [
         event_frame(sse) for sse in passthrough_events("resp_prev")]
 
 
-def test_a_stream_calls_out_only_when_its_keeper_may_wait() -> None:
-    """Storing in this worker's memory never waits, so such a stream may be relayed in the event
-    loop's callback; a keeper over the network (Redis) may, and a bare callable is assumed to."""
-
-    class NetworkStore(ResponseStore):
-        blocking = True
-
-    body = {"model": "m", "input": "hi"}
-    local = ResponsesConversation(body, ResponseStore()).keeper(RESP, "r1", passthrough=True)
-    remote = ResponsesConversation(body, NetworkStore()).keeper(RESP, "r1", passthrough=True)
-    assert not ResponsesPassthroughStream(local).calls_out
-    assert ResponsesPassthroughStream(remote).calls_out
-    assert ResponsesPassthroughStream(lambda final: None).calls_out
-    assert not ResponsesPassthroughStream(None).calls_out
-    assert not ResponsesStreamEncoder(body, "m", set(), False, on_complete=local).calls_out
-    assert ResponsesStreamEncoder(body, "m", set(), False, on_complete=remote).calls_out
+def test_a_failed_stream_finishes_with_no_final_response() -> None:
+    relay = ResponsesPassthroughStream()
+    relay.feed(passthrough_events(None)[0])
+    relay.fail(ErrorInfo("upstream_error", "broke off", 502))
+    assert relay.done and relay.final is None
+    encoder = ResponsesStreamEncoder({"model": "m", "input": "hi"}, "m", set(), False)
+    encoder.fail(ErrorInfo("upstream_error", "broke off", 502))
+    assert encoder.done and encoder.final is None

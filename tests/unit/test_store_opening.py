@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from proxy.config import parse
+from proxy.conversations.store import ResponseStore
 from proxy.limits.store import MemoryLimitStore, SQLiteLimitStore
 from proxy.ops.sqlite_usage_store import SQLiteUsageStore
 from proxy.ops.usage_store import MemoryUsageStore
 from proxy.pool.affinity import MemoryAffinity, SQLiteAffinity
 from proxy.pool.store import MemoryStore, SQLiteStore
-from proxy.protocols.responses.store import ResponseStore
 from proxy.serving.state_backend import KINDS, Chain, Kind, Opening, _open, open_stores
 from proxy.state.health import StoreHealth
 from tests.conftest import base_config

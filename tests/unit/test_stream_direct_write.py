@@ -1,4 +1,4 @@
-"""The streaming engine writing below the WSGI server (proxy/streaming.py with a ClientWriter):
+"""The streaming engine writing below the WSGI server (proxy/streaming/ with a ClientWriter):
 after the first frame, which the server writes with the headers, every frame goes to the client's
 socket from the engine itself — each its own HTTP chunk, byte for byte — and while the stream
 waits, a chunk that arrives is relayed in the hub without resuming the stream's greenlet. A client
@@ -20,10 +20,10 @@ import pytest
 import requests
 
 from proxy.config import Streaming
+from proxy.conversations.responses import ResponsesConversation
+from proxy.conversations.store import ResponseStore
 from proxy.ir.response import ErrorInfo, Usage
-from proxy.protocols.responses.conversation import ResponsesConversation
 from proxy.protocols.responses.passthrough import ResponsesPassthroughStream
-from proxy.protocols.responses.store import ResponseStore
 from proxy.protocols.sse import SSEEvent, event_frame
 from proxy.streaming import StreamingBody, StreamOutcome
 from tests.unit.test_responses_request_and_store import RESP, passthrough_events
@@ -144,11 +144,12 @@ def read_chunks(sock: gevent.socket.socket, buf: bytearray, count: int) -> list[
 
 def open_stream(session: requests.Session, upstream: PacedUpstream, relay: object, writer: ChunkedWriter,
                 settings: Streaming | None = None,
-                on_close: Callable[[StreamOutcome], None] = lambda outcome: None) -> StreamingBody:
+                on_close: Callable[[StreamOutcome], None] = lambda outcome: None,
+                on_end: Callable[[], None] | None = None) -> StreamingBody:
     """A stream from `upstream`, primed on its first event (released here) and writing below the
     server through `writer`, as the service's worker sets it up."""
     resp = session.get(f"http://127.0.0.1:{upstream.port}/v1/stream", stream=True)
-    body = StreamingBody(resp, relay, settings or Streaming(), None, on_close)  # type: ignore[arg-type]
+    body = StreamingBody(resp, relay, settings or Streaming(), None, on_close, on_end)  # type: ignore[arg-type]
     upstream.next_event.release()
     body.prime()
     body.write_directly(writer)
@@ -242,32 +243,26 @@ def test_a_client_that_stops_reading_holds_the_rest_back_and_loses_nothing(big_u
     assert received == BIG
 
 
-class KeepingRelay(EchoRelay):
-    """A relay whose `feed` may call out to something that waits (the Responses keeper with a
-    shared store): it says so, and notes where each event was fed."""
-
-    calls_out = True
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.fed_in_hub: list[bool] = []
-
-    def feed(self, sse: SSEEvent) -> list[bytes]:
-        self.fed_in_hub.append(gevent.getcurrent() is gevent.get_hub())
-        return super().feed(sse)
-
-
-def test_a_relay_that_calls_out_is_never_fed_in_the_hub(upstream: PacedUpstream) -> None:
+def test_the_end_of_stream_callback_runs_once_in_the_streams_greenlet_before_its_last_frame(
+        upstream: PacedUpstream) -> None:
+    """Every chunk may be relayed in the hub, yet the callback that ends the stream (the Responses
+    conversation keeping the answer, which may wait on Redis) runs where waiting is allowed — the
+    stream's own greenlet — and before the frame that finishes the stream goes out."""
     client_side, engine_side = gevent.socket.socketpair()
-    relay = KeepingRelay()
     writer = ChunkedWriter(engine_side)
+    ended: list[tuple[bool, int]] = []
+
+    def on_end() -> None:
+        ended.append((gevent.getcurrent() is gevent.get_hub(), writer.counted))
+
     with requests.Session() as session:
-        server = serve(open_stream(session, upstream, relay, writer), engine_side, writer)
+        server = serve(open_stream(session, upstream, EchoRelay(), writer, on_end=on_end), engine_side, writer)
         received = read_paced(client_side, upstream, len(EVENTS))
         server.join(timeout=30)
         assert server.successful(), server.exception
     assert received == EVENTS
-    assert len(relay.fed_in_hub) == len(EVENTS) and not any(relay.fed_in_hub)
+    assert len(ended) == 1 and not ended[0][0]
+    assert ended[0][1] == sum(map(len, EVENTS[1:-1]))  # the last frame was not written yet (the first is the server's)
 
 
 class EndingRelay(EchoRelay):
@@ -309,20 +304,24 @@ def test_a_body_that_ends_with_its_last_event_ends_the_stream_then(pace: str) ->
     assert received == [*events, b"data: [DONE]\n\n"]
 
 
-def test_a_stored_responses_stream_is_relayed_and_kept_when_its_store_is_this_workers() -> None:
-    """A Responses passthrough whose keeper stores in memory may be fed in the hub: the client gets
-    the upstream's events byte for byte, and the finished response is there for its next turn."""
+def test_a_responses_stream_is_relayed_and_its_answer_kept_at_its_end() -> None:
+    """A Responses passthrough: the client gets the upstream's events byte for byte, and the
+    finished response, kept by the end-of-stream callback, is there for its next turn."""
     events = [event_frame(sse) for sse in passthrough_events(None)]
     store = ResponseStore()
-    keeper = ResponsesConversation({"model": "m", "input": "hi"}, store).keeper(RESP, "r1", passthrough=True)
-    relay = ResponsesPassthroughStream(keeper)
-    assert not relay.calls_out
+    conversation = ResponsesConversation({"model": "m", "input": "hi"}, store)
+    relay = ResponsesPassthroughStream()
+
+    def on_end() -> None:
+        assert relay.final is not None
+        conversation.keep(relay.final, RESP, "r1", passthrough=True)
+
     upstream = PacedUpstream(events)
     client_side, engine_side = gevent.socket.socketpair()
     writer = ChunkedWriter(engine_side)
     try:
         with requests.Session() as session:
-            server = serve(open_stream(session, upstream, relay, writer), engine_side, writer)
+            server = serve(open_stream(session, upstream, relay, writer, on_end=on_end), engine_side, writer)
             received = read_paced(client_side, upstream, len(events))
             server.join(timeout=30)
             assert server.successful(), server.exception

@@ -15,7 +15,7 @@ from proxy.protocols.chat_completions.passthrough import ChatPassthroughStream
 from proxy.protocols.chat_completions.stream_decode import ChatStreamDecoder
 from proxy.protocols.chat_completions.stream_encode import ChatStreamEncoder
 from proxy.protocols.chat_completions.tool_pairs import repair_tool_pairs
-from proxy.protocols.codec import ClientSide, Passthrough, Protocol, UpstreamSide
+from proxy.protocols.codec import Answer, ClientSide, Passthrough, Protocol, UpstreamSide
 from proxy.protocols.exchange import Exchange
 from proxy.protocols.openai_errors import error_body, relayed_error_body
 
@@ -44,7 +44,7 @@ CLIENT = ClientSide(
     validate=request.validate,
     model_and_stream=lambda body: (body["model"], bool(body.get("stream"))),
     decode_request=request.decode,
-    encode_response=lambda resp, ex: response.encode(resp, ex.model),
+    encode_response=lambda resp, ex: Answer(response.encode(resp, ex.model)),
     stream_encoder=lambda ex: ChatStreamEncoder(ex.model, _client_wants_usage(ex.body)),
     error_body=error_body,
     affinity_key=request.conversation_key,
@@ -69,7 +69,7 @@ def _passthrough_stream(ex: Exchange, upstream: Upstream) -> ChatPassthroughStre
 
 PASSTHROUGH = Passthrough(
     prepare_request=_prepare,
-    normalise_response=lambda body, ex: response.normalise(body, ex.model),
+    normalise_response=lambda body, ex: Answer(response.normalise(body, ex.model)),
     stream_relay=_passthrough_stream,
     relayed_error=relayed_error_body,
 )

@@ -69,6 +69,8 @@ class ChatPassthroughStream:
         self.usage: Usage | None = None
         self.done = False
         self.failed: ErrorInfo | None = None
+        self.final: dict[str, Any] | None = None  # Chat keeps no conversation on the proxy
+        self.dropped: dict[str, int] = {}
         self._id: str | None = None
         self._created = 0
         self._choices: dict[int, _ChoiceState] = {}

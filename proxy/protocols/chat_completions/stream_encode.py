@@ -33,6 +33,8 @@ class ChatStreamEncoder:
         self.model = model
         self.include_usage = include_usage
         self.done = False
+        self.final: dict[str, Any] | None = None  # Chat keeps no conversation on the proxy
+        self.dropped: dict[str, int] = {}
         self._id = new_id()
         self._created = int(time.time())
         self._open: dict[int, OutputPart] = {}  # open blocks by key

@@ -12,7 +12,7 @@ from proxy.errors import embedded_error
 from proxy.ir.drop_reasoning import without_reasoning
 from proxy.ir.response import ErrorInfo, Response
 from proxy.ir.tokens import estimate_input_tokens
-from proxy.protocols.codec import ClientSide, Passthrough, Protocol, UpstreamSide
+from proxy.protocols.codec import Answer, ClientSide, Endpoint, Passthrough, Protocol, UpstreamSide
 from proxy.protocols.exchange import Exchange
 from proxy.protocols.messages import request, response, upstream_request, upstream_response
 from proxy.protocols.messages.errors import error_body, relayed_error_body
@@ -35,15 +35,14 @@ def thinking_enabled(body: dict[str, Any]) -> bool:
 
 def _stream_encoder(ex: Exchange) -> MessagesStreamEncoder:
     return MessagesStreamEncoder(ex.model, estimate_input_tokens(ex.ir) if ex.ir is not None else 0,
-                                 thinking=thinking_enabled(ex.body), dropped=ex.dropped)
+                                 thinking=thinking_enabled(ex.body))
 
 
-def _encode_response(resp: Response, ex: Exchange) -> dict[str, Any]:
+def _encode_response(resp: Response, ex: Exchange) -> Answer:
+    dropped = 0
     if not thinking_enabled(ex.body):
         resp.output, dropped = without_reasoning(resp.output)
-        if dropped:
-            ex.dropped["reasoning"] = ex.dropped.get("reasoning", 0) + dropped
-    return response.encode(resp, ex.model)
+    return Answer(response.encode(resp, ex.model), dropped={"reasoning": dropped} if dropped else {})
 
 
 def _prepare(ex: Exchange, body: dict[str, Any], model: str, upstream: Upstream) -> dict[str, Any]:
@@ -93,18 +92,29 @@ UPSTREAM = UpstreamSide(
 )
 
 
-def _normalise(body: dict[str, Any], ex: Exchange) -> dict[str, Any]:
-    return body if thinking_enabled(ex.body) else without_thinking(body, ex.dropped)
+def _normalise(body: dict[str, Any], ex: Exchange) -> Answer:
+    if thinking_enabled(ex.body):
+        return Answer(body)
+    dropped: dict[str, int] = {}
+    return Answer(without_thinking(body, dropped), dropped=dropped)
 
 
 PASSTHROUGH = Passthrough(
     prepare_request=_prepare,
     normalise_response=_normalise,
-    stream_relay=lambda ex, up: MessagesPassthroughStream(thinking_enabled(ex.body), ex.dropped),
+    stream_relay=lambda ex, up: MessagesPassthroughStream(thinking_enabled(ex.body)),
     relayed_error=relayed_error_body,
 )
 
+def _count_tokens(body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """`POST /v1/messages/count_tokens`: a local estimate of the prompt's tokens (the model it names
+    must be one the client's key may use, which the edge checks). Claude Code adds `?beta=true`."""
+    req = request.decode(body, count_tokens=True)
+    return req.model, {"input_tokens": estimate_input_tokens(req)}
+
+
 PROTOCOL = Protocol(name="messages", title="Anthropic Messages", client=CLIENT, upstream=UPSTREAM,
-                    passthrough=PASSTHROUGH, aliases=("anthropic",))
+                    passthrough=PASSTHROUGH, aliases=("anthropic",),
+                    endpoints=(Endpoint("local", CLIENT.path + "/count_tokens", answer=_count_tokens),))
 
 __all__ = ["PROTOCOL", "thinking_enabled"]

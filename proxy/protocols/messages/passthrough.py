@@ -67,10 +67,9 @@ def without_thinking(body: dict[str, Any], dropped: dict[str, int]) -> dict[str,
 
 
 class MessagesPassthroughStream(WatchedPassthrough):
-    def __init__(self, thinking: bool = True, dropped: dict[str, int] | None = None) -> None:
+    def __init__(self, thinking: bool = True) -> None:
         super().__init__(MessagesStreamDecoder(relayed=True))
         self._thinking = thinking
-        self._dropped = {} if dropped is None else dropped  # counts for the request's log line
         self._dropped_indices: list[int] = []  # upstream indices of thinking blocks left out
 
     def relay(self, sse: SSEEvent) -> list[bytes]:
@@ -84,7 +83,7 @@ class MessagesPassthroughStream(WatchedPassthrough):
             return [event_frame(sse)]
         if sse.event == "content_block_start" and (payload.get("content_block") or {}).get("type") in THINKING_BLOCKS:
             self._dropped_indices.append(index)
-            self._dropped["reasoning"] = self._dropped.get("reasoning", 0) + 1
+            self.dropped["reasoning"] = self.dropped.get("reasoning", 0) + 1  # for the request's log line
             return []
         if index in self._dropped_indices:
             return []

@@ -10,7 +10,7 @@ ends with a `signature_delta`
 usage (Claude Code takes `input_tokens` from here) → `message_stop`. Every event is `event: <type>`
 plus `data:` with the same `type`. A failure after the start closes the open block and sends
 `event: error`; keepalives are `ping` events. For a client that did not enable `thinking`,
-reasoning blocks are left out (`proxy.ir.drop_reasoning`) and counted in the `dropped` it is given.
+reasoning blocks are left out (`proxy.ir.drop_reasoning`) and counted in its `dropped`.
 Pure: must not import Flask or requests.
 """
 
@@ -35,10 +35,11 @@ PING = named_frame("ping", {"type": "ping"})
 
 
 class MessagesStreamEncoder:
-    def __init__(self, model: str, input_estimate: int = 0, thinking: bool = True,
-                 dropped: dict[str, int] | None = None) -> None:
+    def __init__(self, model: str, input_estimate: int = 0, thinking: bool = True) -> None:
         self.model = model
         self.done = False
+        self.final: dict[str, Any] | None = None  # Messages keeps no conversation on the proxy
+        self.dropped: dict[str, int] = {}  # what is left out for this client, for the request's log line
         self._estimate = input_estimate
         self._usage = Usage()
         self._started = False
@@ -48,8 +49,7 @@ class MessagesStreamEncoder:
         self._signed = False
         self._custom = CustomCallsAsFunctions()  # Anthropic clients get custom calls as tool_use
         self._sequencer = Sequencer()
-        # What is left out for this client is counted in `dropped` (the request's, for its log line).
-        self._no_reasoning = None if thinking else WithoutReasoning({} if dropped is None else dropped)
+        self._no_reasoning = None if thinking else WithoutReasoning(self.dropped)
 
     def encode(self, ev: Event) -> list[bytes]:
         # Most events are text deltas of the block being relayed: no filter has anything to do.

@@ -14,7 +14,6 @@ Pure: must not import Flask or requests.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from proxy.ir.events import BlockStart, Delta, Event, Failure, Finish, Start, UsageUpdate
@@ -28,9 +27,8 @@ class CompactionStreamEncoder(ResponsesStreamEncoder):
     """The Responses stream encoder's lifecycle (created, in_progress, keepalives, sequence numbers,
     failures) around one item of its own: no block of the upstream's answer becomes an item."""
 
-    def __init__(self, body: dict[str, Any], model: str, sealer: Sealer,
-                 on_complete: Callable[[dict[str, Any]], None] | None = None) -> None:
-        super().__init__(body, model, set(), False, on_complete)
+    def __init__(self, body: dict[str, Any], model: str, sealer: Sealer) -> None:
+        super().__init__(body, model, set(), False)
         self.model = model
         self._sealer = sealer
         self._text_blocks: set[int] = set()
@@ -69,8 +67,6 @@ class CompactionStreamEncoder(ResponsesStreamEncoder):
         frames += [self._event("response.output_item.added", output_index=0, item=item),
                    self._event("response.output_item.done", output_index=0, item=item)]
         self.done = True
-        final = self.response.snapshot("completed", [item], self._usage)
-        frames.append(self._event("response.completed", response=final))
-        if self._on_complete is not None:
-            self._on_complete(final)
+        self.final = self.response.snapshot("completed", [item], self._usage)
+        frames.append(self._event("response.completed", response=self.final))
         return frames

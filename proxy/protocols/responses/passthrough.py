@@ -3,8 +3,9 @@
 Owns relaying the upstream's events byte for byte — event types and fields the proxy does not
 know included — while watching them, through the Responses stream decoder, for what the relay
 loop needs: usage, whether the response finished, and whether (and how) it failed — and, once it
-finished, hands the final response object (the decoder keeps the last one announced) to the hook
-that stores it, before that event reaches the client, so its next turn finds it. When the proxy
+finished, exposes the final response object (the decoder keeps the last one announced) as `final`,
+which the relay keeps before that event reaches the client (the streaming engine's end-of-stream
+callback), so its next turn finds it. When the proxy
 sent the conversation by value instead of the client's `previous_response_id`, the response
 objects of the lifecycle events (a handful per stream) say the id the client sent, as they would
 had the upstream resolved it. Only when the
@@ -17,11 +18,9 @@ Pure: must not import Flask or requests.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from proxy.ir.response import ErrorInfo
-from proxy.protocols.responses.conversation import may_wait
 from proxy.protocols.responses.response import error_event_error, new_id
 from proxy.protocols.responses.stream_decode import ResponsesStreamDecoder
 from proxy.protocols.responses.vocabulary import failure_code
@@ -35,12 +34,10 @@ LIFECYCLE_EVENTS = ("response.created", "response.queued", "response.in_progress
 class ResponsesPassthroughStream(WatchedPassthrough):
     watch: ResponsesStreamDecoder
 
-    def __init__(self, on_complete: Callable[[dict[str, Any]], None] | None = None,
-                 previous_response_id: str | None = None) -> None:
+    def __init__(self, previous_response_id: str | None = None) -> None:
         super().__init__(ResponsesStreamDecoder(relayed=True))
         self._relayed_after_error = 0  # events relayed after the upstream's `error`
         self._errored = False  # the upstream sent `error`; its `response.failed` is still to come
-        self._on_complete = on_complete
         self._previous = previous_response_id  # what the client chained from, to be echoed
 
     def feed(self, sse: SSEEvent) -> list[bytes]:
@@ -51,16 +48,9 @@ class ResponsesPassthroughStream(WatchedPassthrough):
             self.done = sse.event in TERMINAL_EVENTS
             return [event_frame(sse)]
         frames = super().feed(sse)
-        if self.done and self._on_complete is not None:  # once: `response.completed` / `incomplete`
-            keep, self._on_complete = self._on_complete, None
-            if self.failed is None and self.watch.response is not None:
-                keep(self.watch.response)
+        if self.done and self.final is None and self.failed is None:  # `response.completed` / `incomplete`
+            self.final = self.watch.response
         return frames
-
-    @property
-    def calls_out(self) -> bool:
-        """`feed` may call the conversation's keeper, and that may wait on a store over the network."""
-        return may_wait(self._on_complete)
 
     def _echo_previous(self, sse: SSEEvent) -> SSEEvent:
         if sse.event not in LIFECYCLE_EVENTS:

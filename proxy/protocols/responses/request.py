@@ -11,7 +11,7 @@ sends that has no effect here (`store`, `include`, `prompt_cache_key`, `client_m
 `reasoning: null`, `text.verbosity`, `truncation`, …) is accepted.
 
 `previous_response_id` and `item_reference` are resolved before decoding
-(`proxy.protocols.responses.conversation`), so `decode` gets the full item list.
+(`proxy.conversations.responses`), so `decode` gets the full item list.
 Pure: must not import Flask or requests.
 """
 
@@ -49,6 +49,16 @@ log = logging.getLogger(__name__)
 ROLES = ("user", "assistant", "system", "developer")
 ASSISTANT_ITEMS = ("reasoning", "function_call", "custom_tool_call")
 OUTPUT_ITEMS = ("function_call_output", "custom_tool_call_output")
+
+
+def input_items(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The request's `input` as items (a string is one user message)."""
+    inp = body.get("input")
+    if inp is None:
+        return []
+    if isinstance(inp, str):
+        return [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": inp}]}]
+    return [dict(item) for item in inp]
 
 
 def validate(body: dict[str, Any]) -> None:

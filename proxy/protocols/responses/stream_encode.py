@@ -32,7 +32,6 @@ Pure: must not import Flask or requests.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from proxy.ir.events import BlockStart, BlockStop, Cite, Delta, Event, Failure, Finish, Signature, Start, UsageUpdate
@@ -40,7 +39,6 @@ from proxy.ir.reasoning import anthropic_to_encrypted
 from proxy.ir.request import Citation, OutputPart, ReasoningPart, RefusalPart, TextPart, ToolCallPart
 from proxy.ir.response import ErrorInfo, Usage
 from proxy.protocols.responses.annotations import annotation
-from proxy.protocols.responses.conversation import may_wait
 from proxy.protocols.responses.response import (
     ANSWER_ITEMS,
     ResponseObject,
@@ -85,13 +83,13 @@ class _Content:
 
 
 class ResponsesStreamEncoder:
-    def __init__(self, body: dict[str, Any], model: str, custom_tools: set[str], include_encrypted: bool,
-                 on_complete: Callable[[dict[str, Any]], None] | None = None) -> None:
+    def __init__(self, body: dict[str, Any], model: str, custom_tools: set[str], include_encrypted: bool) -> None:
         self.response = ResponseObject(body, model)
         self.done = False
+        self.final: dict[str, Any] | None = None  # the response object of response.completed / incomplete
+        self.dropped: dict[str, int] = {}
         self._custom_tools = custom_tools
         self._include_encrypted = include_encrypted
-        self._on_complete = on_complete
         self._seq = 0
         self._created = False
         self._items = 0  # output items added so far: the next output_index
@@ -100,11 +98,6 @@ class ResponsesStreamEncoder:
         self._contents: dict[int, _Content] = {}  # open message content parts by IR block key
         self._held: _Item | None = None  # a message whose output_item.done awaits its status
         self._usage = Usage()
-
-    @property
-    def calls_out(self) -> bool:
-        """`encode` may call the conversation's keeper, and that may wait on a store over the network."""
-        return may_wait(self._on_complete)
 
     # ------------------------------------------------------------ contract
 
@@ -182,10 +175,8 @@ class ResponsesStreamEncoder:
         if not any(item["type"] in ANSWER_ITEMS for item in self._output.values()):
             frames += self._empty_message(status)
         self.done = True
-        final = self.response.snapshot(status, self._finished(), self._usage, finish_reason=reason)
-        frames.append(self._event(f"response.{status}", response=final))
-        if self._on_complete is not None:
-            self._on_complete(final)
+        self.final = self.response.snapshot(status, self._finished(), self._usage, finish_reason=reason)
+        frames.append(self._event(f"response.{status}", response=self.final))
         return frames
 
     def _finished(self) -> list[dict[str, Any]]:

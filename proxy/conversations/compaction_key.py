@@ -7,7 +7,7 @@ file's migration (proxy/serving/master.py), and every worker reads it (proxy/ser
 still created atomically (written to a temporary file, then linked into place, which fails if
 another process was first, whose key is then read) for a proxy not started by our master. With
 `state_path: null` the key lives in memory only — compaction items then do not survive a restart,
-which is logged. Stdlib only: the master imports it.
+which is logged. Stdlib and the config only: the master imports it (its package brings the pure core).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import tempfile
 
 from proxy.config import Config
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("proxy.serving.compaction_key")  # its name before it moved: log lines unchanged
 
 FILE_NAME = "compaction.key"
 

@@ -1,4 +1,4 @@
-"""The streaming engine (gevent): upstream bytes in, one SSE frame per write out.
+"""`StreamingBody`: one streamed response, upstream bytes in, one SSE frame per write out.
 
 Owns the life of one streamed response (docs/architecture.md §6), all in the one greenlet that
 writes to the client — the WSGI body generator:
@@ -12,6 +12,10 @@ writes to the client — the WSGI body generator:
   so an upstream that fails on its very first event can still be retried or answered with an
   HTTP error status — and, given the time the client's first byte is due, sends the keepalive
   then rather than leave the client waiting on an upstream that has not begun;
+- `on_end`, the relay's end-of-stream callback, runs once when the stream has finished, before
+  the frames that finish it are written, in the stream's own greenlet — never in the event loop's
+  callback — so it may wait (the Responses conversation keeps the final answer there, over the
+  network with a shared store, before the client sees `response.completed`);
 - the outcome is reported exactly once: as soon as the last frame is written (before the server
   ends the response, so what accounting records is there by the time the client has it all), or
   by `close()` — called by the WSGI server however the response ends, which also closes the
@@ -22,22 +26,19 @@ There is no reader greenlet: an earlier design fed a bounded queue from one, and
 per chunk (four hub switches and a timer) were the largest per-chunk cost in the benchmark's
 profiles, so the body waits on the sockets itself. Reading the body without blocking is
 `proxy.upstream.body`'s; translation lives behind the `StreamRelay` it is given.
-Given a `ClientWriter` (`write_directly`, from the server), the body writes its frames to the
-client's socket itself, one `send` per step, and while it waits the upstream watcher's callback
-relays a chunk whole — read, translate, send — in the hub, without waking the greenlet, as long as
-the client's socket takes the bytes (docs/architecture.md §6.1). Without one it yields its frames
-to whoever iterates it, as a WSGI body.
+Given a `ClientWriter` (`write_directly`), the body writes its frames to the client's socket itself
+(proxy.streaming.direct); without one it yields its frames to whoever iterates it, as a WSGI body.
+How it waits is proxy.streaming.waiting's.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import socket
 import time
 import weakref
 from collections.abc import Callable, Generator, Iterator
-from typing import Any, Protocol
+from typing import Any
 
 import gevent
 import gevent.select
@@ -47,13 +48,13 @@ from proxy.config import Streaming
 from proxy.ir.response import ErrorInfo
 from proxy.protocols.sse import SSEParser
 from proxy.protocols.transcode import StreamRelay
+from proxy.streaming.direct import DirectWrite
+from proxy.streaming.fields import ClientWriter, EarlyStreamFailure, StreamOutcome
+from proxy.streaming.waiting import CLIENT, DEADLINE, INTERRUPT, Waiting
 from proxy.upstream.body import READ_SIZE, UpstreamBody, UpstreamBodyError
-from proxy.upstream.sockets import peek
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("proxy.streaming")  # the engine's, as before it was split: log lines unchanged
 
-# What woke a waiting stream.
-_UPSTREAM, _CLIENT, _DEADLINE, _INTERRUPT = "upstream", "client", "deadline", "interrupt"
 # After the terminator: how long and how far the end of an upstream body is read to keep its connection.
 FINISH_WITHIN, FINISH_MAX_BYTES = 0.5, 65536
 _LIVE: weakref.WeakSet[StreamingBody] = weakref.WeakSet()  # streams of this worker not yet closed
@@ -69,122 +70,11 @@ def end_all_streams(info: ErrorInfo) -> int:
     return len(bodies)
 
 
-class ClientGone(BaseException):
-    """The client hung up before its answer started. A BaseException, like GreenletExit, so that no
-    `except Exception` between here and the blocked upstream read can swallow it."""
 
-
-@contextlib.contextmanager
-def hangup_aborts(sock: socket.socket | None) -> Iterator[None]:
-    """While the body runs — waiting for upstream headers, a non-streamed answer, a stream's first
-    event — a client hang-up raises ClientGone in this greenlet, which abandons (and so closes) the
-    upstream connection at once instead of after the upstream finishes working for nobody."""
-    if sock is None:
-        yield
-        return
-    target = gevent.getcurrent()
-    readable = gevent.get_hub().loop.io(sock.fileno(), 1)
-
-    def client_readable() -> None:
-        # Run by the hub while `target` is parked in some wait, so the throw lands in that wait,
-        # now. (gevent.kill would deliver it at the next switch, which can come after this block
-        # has ended — mid-stream, or in the server's write — as an unhandled error.)
-        left = peer_left(sock)
-        if left is None:
-            return
-        readable.stop()
-        if left:
-            target.throw(ClientGone)
-
-    readable.start(client_readable)
-    try:
-        yield
-    finally:
-        readable.stop()  # also drops a callback already due: nothing arrives after the block
-
-
-def peer_left(sock: socket.socket) -> bool | None:
-    """Once the client's socket is readable: True if the client hung up, False if it sent data
-    (pipelining, which is not a hang-up), None if there was nothing after all."""
-    waiting = peek(sock)
-    return None if waiting is None else not waiting
-
-
-class EarlyStreamFailure(Exception):
-    """The upstream failed before the client received anything: the caller may retry."""
-
-    def __init__(self, info: ErrorInfo) -> None:
-        super().__init__(info.message)
-        self.info = info
-
-
-class ClientWriter(Protocol):
-    """The client's side of a response, for writing its body below the WSGI server (given by the
-    server's adapter, proxy/serving/direct_write.py)."""
-
-    socket: Any  # the client's gevent socket
-
-    def ready(self) -> bool:
-        """The server has sent the status line and the headers: body bytes may follow."""
-
-    def wire(self, payload: bytes) -> bytes:
-        """`payload` framed as the response's body goes on the wire (one HTTP chunk, or as it is)."""
-
-    def count(self, n: int) -> None:
-        """`n` body bytes went out (the server's own count, for its access log)."""
-
-
-class StreamOutcome:
-    """How a stream ended, for the relay's accounting."""
-
-    __slots__ = ("__weakref__", "client_gone", "error", "frames", "usage")
-
-    def __init__(self) -> None:
-        self.frames = 0
-        self.client_gone = False
-        self.error: ErrorInfo | None = None
-        self.usage: Any = None
-
-
-class StreamingBody:
+class StreamingBody(DirectWrite, Waiting):
     """A WSGI response iterable that relays one upstream stream."""
 
-    # Slots: a thousand idle streams are a thousand of these (and _LIVE holds them weakly).
-    __slots__ = (
-        "__weakref__",
-        "_body",
-        "_carried_read",
-        "_client",
-        "_client_readable",
-        "_client_signalled",
-        "_closed",
-        "_first_byte_by",
-        "_frames",
-        "_frames_before_failure",
-        "_handoff",
-        "_hub",
-        "_hub_error",
-        "_hung_up",
-        "_interrupted",
-        "_last_data",
-        "_last_write",
-        "_late",
-        "_loop",
-        "_on_close",
-        "_os_socket",
-        "_outcome",
-        "_parser",
-        "_primed",
-        "_read_again",
-        "_relay",
-        "_settings",
-        "_timer",
-        "_unsent",
-        "_upstream",
-        "_upstream_ready",
-        "_waiting",
-        "_writer",
-    )
+    __slots__ = ()  # the fields are StreamFields' (proxy.streaming.fields)
 
     def __init__(
         self,
@@ -193,6 +83,7 @@ class StreamingBody:
         settings: Streaming,
         client_socket: socket.socket | None,
         on_close: Callable[[StreamOutcome], None],
+        on_end: Callable[[], None] | None = None,
     ) -> None:
         self._upstream = upstream
         self._body = UpstreamBody(upstream)
@@ -200,6 +91,7 @@ class StreamingBody:
         self._settings = settings
         self._client = client_socket
         self._on_close: Callable[[StreamOutcome], None] | None = on_close
+        self._on_end = on_end
         self._closed = False
         self._parser = SSEParser()
         self._outcome = StreamOutcome()
@@ -232,13 +124,6 @@ class StreamingBody:
         self._hub_error: Exception | None = None
         self._frames = self._run()
         _LIVE.add(self)
-
-    def write_directly(self, writer: ClientWriter) -> None:
-        """Write the frames after the first to the client's socket itself, framed by `writer`,
-        instead of yielding them to the server (which still writes the status line, the headers,
-        the first frame and the end of the body)."""
-        self._writer = writer
-        self._os_socket = getattr(writer.socket, "_sock", None)
 
     # ------------------------------------------------------------ WSGI iterable
 
@@ -276,8 +161,10 @@ class StreamingBody:
         _LIVE.discard(self)
         self._frames.close()
         self._stop_watching()
-        if self._relay.done and self._body.worth_finishing():
-            self._finish_body()
+        if self._relay.done:
+            self._end()  # finished, but the last frames did not go out (the client left)
+            if self._body.worth_finishing():
+                self._finish_body()
         self._body.close()
         self._upstream.close()
         self._report()
@@ -306,6 +193,16 @@ class StreamingBody:
         except UpstreamBodyError:
             return
 
+    def _end(self) -> None:
+        """Call `on_end`, once: the stream has finished (its terminal frames are not written yet)."""
+        if self._on_end is None:
+            return
+        on_end, self._on_end = self._on_end, None
+        try:
+            on_end()
+        except Exception:
+            log.exception("the stream's end-of-stream callback failed")
+
     def _report(self) -> None:
         """Hand the outcome to `on_close`, once."""
         if self._on_close is None:
@@ -327,7 +224,7 @@ class StreamingBody:
         """End the stream with `info` in-band: now if it is waiting, else at its next step."""
         self._interrupted = info
         if self._waiting is not None:
-            self._loop.run_callback(self._wake, _INTERRUPT)
+            self._loop.run_callback(self._wake, INTERRUPT)
 
     def hang_up(self) -> None:
         """The client left, as a transport that reads the client's socket itself says (a WebSocket:
@@ -336,7 +233,7 @@ class StreamingBody:
         else at its next step."""
         self._hung_up = True
         if self._waiting is not None:
-            self._loop.run_callback(self._wake, _CLIENT)
+            self._loop.run_callback(self._wake, CLIENT)
 
     # ------------------------------------------------------------ the loop
 
@@ -358,6 +255,8 @@ class StreamingBody:
                 if frames is None:
                     outcome.client_gone = True
                     return
+                if relay.done and self._on_end is not None:
+                    self._end()  # before the frames that finish the stream go out
                 if not frames:
                     continue
                 if self._os_socket is not None and self._writer is not None and self._writer.ready():
@@ -372,69 +271,6 @@ class StreamingBody:
         finally:
             # The upstream's socket may already serve another request from the pool.
             self._stop_watching()
-
-    def _send(self, frames: list[bytes]) -> bool:
-        """Put `frames` on the client's socket in one `send` — each frame its own HTTP chunk, as
-        when the server writes them — without waiting; what it does not take is left in `_unsent`
-        for the greenlet to write. True if it took everything."""
-        writer = self._writer
-        assert writer is not None
-        if len(frames) == 1:
-            size, wire = len(frames[0]), writer.wire(frames[0])
-        else:
-            size, wire = sum(map(len, frames)), b"".join(map(writer.wire, frames))
-        try:
-            sent = self._os_socket.send(wire)
-        except (BlockingIOError, InterruptedError):
-            sent = 0
-        except OSError:
-            sent = 0  # the client is gone: the greenlet's write raises it where the server expects it
-        self._outcome.frames += len(frames)
-        writer.count(size)
-        if sent == len(wire):
-            return True
-        self._unsent = wire[sent:]
-        return False
-
-    def _flush(self) -> None:
-        """Write what the client's socket did not take, waiting for it to drain (a slow client
-        stops the reading here: the upstream watcher stops while this greenlet is not waiting)."""
-        unsent, self._unsent = self._unsent, None
-        assert self._writer is not None and unsent is not None
-        self._writer.socket.sendall(unsent)
-        self._last_write = time.monotonic()
-
-    def _relay_in_hub(self) -> bool:
-        """The upstream's socket became readable while the greenlet waits: relay that chunk here,
-        in the hub — read, translate, send — and leave the greenlet parked. False when the
-        greenlet must run: the client's socket did not take everything, the stream ends or
-        fails, or the read was not plain bytes (what it found is handed over as it is)."""
-        if self._interrupted is not None or self._hung_up:
-            return False
-        try:
-            try:
-                data = self._body.read()
-            except UpstreamBodyError as exc:
-                self._carried_read = exc
-                return False
-            if data is None:
-                return True  # nothing after all: keep waiting
-            if not data:
-                self._carried_read = data
-                return False
-            self._last_data = now = time.monotonic()
-            frames = self._translate(data)
-            if self._relay.done or self._relay.failed is not None or self._outcome.error is not None:
-                self._handoff = frames  # the greenlet writes the last frames and ends the stream
-                return False
-            if frames:
-                if not self._send(frames):
-                    return False
-                self._last_write = now
-            return not self._body.pending()
-        except Exception as exc:  # a bug here must not kill the hub: the greenlet raises it
-            self._hub_error = exc
-            return False
 
     def _step(self) -> list[bytes] | None:
         """The frames to send next — none yet if only a wait ended; None if the client left."""
@@ -462,9 +298,9 @@ class StreamingBody:
         if self._first_byte_by is not None:
             deadline = min(deadline, self._first_byte_by)
         woke = self._wait(deadline - time.monotonic())
-        if woke is _CLIENT:
+        if woke is CLIENT:
             return None if self._hung_up or self._client_left() else []
-        if woke is not _DEADLINE:
+        if woke is not DEADLINE:
             return []
         now = time.monotonic()
         if now - self._last_data >= idle_timeout:
@@ -521,69 +357,3 @@ class StreamingBody:
         if self._frames_before_failure is None:
             self._frames_before_failure = self._outcome.frames
         return self._relay.fail(info)
-
-    def _wait(self, seconds: float) -> str:
-        """Park this greenlet until the upstream socket is readable, `seconds` pass, the client's
-        socket is readable or `interrupt()` is called; say which. Watchers, not greenlets: nothing
-        runs for a stream while it waits, and waking costs one switch. The watchers stay started
-        from one wait to the next (starting and stopping them for every chunk was a measurable
-        share of its CPU); `_wake` stops one that fires while the greenlet is busy elsewhere."""
-        if self._body.pending():
-            return _UPSTREAM
-        if self._client_signalled:
-            self._client_signalled = False
-            return _CLIENT
-        if seconds <= 0:
-            return _DEADLINE
-        wake = self._wake
-        if not self._upstream_ready.active:
-            self._upstream_ready.start(wake, _UPSTREAM)
-        client = self._client_readable
-        if client is not None and not client.active:
-            client.start(wake, _CLIENT)
-        # Deadlines only move later, so a timer still running fires at or before this one: it
-        # may wake us early (the loop then waits again), never late.
-        if self._timer is None or not self._timer.active:
-            self._timer = self._loop.timer(seconds)
-            self._timer.start(wake, _DEADLINE)
-        self._waiting = gevent.getcurrent()
-        try:
-            return self._hub.switch()
-        finally:
-            self._waiting = None
-            self._read_again = True
-
-    def _wake(self, why: str) -> None:
-        """Run by the hub when a watcher fires or an interrupt is due: resume the greenlet if it is
-        parked in `_wait`. If it is not (it is writing to the client), a readable socket would fire
-        again on every turn of the loop, so its watcher stops until the next wait; a client that
-        became readable is remembered."""
-        waiting = self._waiting
-        if waiting is not None:
-            if why is _UPSTREAM and self._os_socket is not None and self._writer is not None \
-                    and self._writer.ready() and not getattr(self._relay, "calls_out", False) \
-                    and self._relay_in_hub():
-                return
-            waiting.switch(why)
-        elif why is _UPSTREAM:
-            self._upstream_ready.stop()
-        elif why is _CLIENT and self._client_readable is not None:
-            self._client_readable.stop()
-            self._client_signalled = True
-
-    def _stop_watching(self) -> None:
-        self._upstream_ready.stop()
-        if self._client_readable is not None:
-            self._client_readable.stop()
-        if self._timer is not None:
-            self._timer.stop()
-
-    def _client_left(self) -> bool:
-        """The client's socket became readable while we waited: a hang-up, or the client sending
-        its next request early (pipelining), after which its socket is no longer watched."""
-        assert self._client is not None
-        left = peer_left(self._client)
-        if left is False and self._client_readable is not None:
-            self._client_readable.stop()
-            self._client_readable = None
-        return bool(left)

@@ -24,7 +24,7 @@ from dataclasses import asdict
 from typing import Any
 
 from proxy.config.state import StateConfig
-from proxy.protocols.responses.store import Origin, ResponseStore, StoredResponse
+from proxy.conversations.store import Origin, ResponseStore, StoredResponse
 from proxy.state.health import StoreHealth
 from proxy.state.redis_connection import connect, key, unreachable_errors
 

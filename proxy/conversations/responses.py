@@ -15,44 +15,16 @@ Pure: must not import Flask or requests.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 from proxy.config import Upstream
+from proxy.conversations.store import Origin, ResponseStore
 from proxy.errors import ProxyError
 from proxy.ir.reasoning import is_minted
+from proxy.protocols.exchange import Compaction
+from proxy.protocols.responses import NAME as RESPONSES
 from proxy.protocols.responses import compaction
-from proxy.protocols.responses.store import Origin, ResponseStore
-
-
-def input_items(body: dict[str, Any]) -> list[dict[str, Any]]:
-    """The request's `input` as items (a string is one user message)."""
-    inp = body.get("input")
-    if inp is None:
-        return []
-    if isinstance(inp, str):
-        return [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": inp}]}]
-    return [dict(item) for item in inp]
-
-
-class Keeper:
-    """The hook that stores a finished response object, and whether calling it may wait — whether
-    its store is `blocking`, as every state store says: a stream whose keeper may wait is never
-    translated in the event loop's own callback (the streaming engine asks its relay's `calls_out`)."""
-
-    __slots__ = ("_keep", "waits")
-
-    def __init__(self, keep: Callable[[dict[str, Any]], None], waits: bool) -> None:
-        self._keep = keep
-        self.waits = waits
-
-    def __call__(self, final: dict[str, Any]) -> None:
-        self._keep(final)
-
-
-def may_wait(keeper: Callable[[dict[str, Any]], None] | None) -> bool:
-    """Whether calling `keeper` may wait: a Keeper says; any other callable is assumed to."""
-    return keeper is not None and bool(getattr(keeper, "waits", True))
+from proxy.protocols.responses.request import input_items
 
 
 class ResponsesConversation:
@@ -67,7 +39,7 @@ class ResponsesConversation:
         # does not open is refused now, before any upstream is asked anything.
         own: list[Any] = body["input"] if isinstance(body.get("input"), list) else []
         self.compact = compact
-        self.compaction = compact or compaction.wants_compaction(own)
+        self.compaction_wanted = compact or compaction.wants_compaction(own)
         if store.sealer is not None:
             compaction.check_sealed(own, store.sealer)
         # Over a WebSocket, a turn chains on the previous one by `previous_response_id` even under
@@ -82,11 +54,11 @@ class ResponsesConversation:
         """The client's body as an attempt on this upstream account must be built from: as it is
         when the upstream can resolve everything it refers to, else with the whole conversation
         expanded from the store and no `previous_response_id`."""
-        if upstream.protocol == "responses" and self._resolvable_by(upstream.name, account):
+        if upstream.protocol == RESPONSES and self._resolvable_by(upstream.name, account):
             return self._compaction_for(self.body, upstream.protocol)
         body = {key: value for key, value in self.body.items() if key != "previous_response_id"}
         items = self.items()
-        body["input"] = replayable(items) if upstream.protocol == "responses" else items
+        body["input"] = replayable(items) if upstream.protocol == RESPONSES else items
         return self._compaction_for(body, upstream.protocol)
 
     def _compaction_for(self, body: dict[str, Any], protocol: str) -> dict[str, Any]:
@@ -94,34 +66,37 @@ class ResponsesConversation:
         upstream, else the proxy's (a summarisation request, no tool calls); the proxy's sealed
         summaries expanded whichever it is."""
         items = body.get("input")
-        if not isinstance(items, list) or not (self.compaction or any(
+        if not isinstance(items, list) or not (self.compaction_wanted or any(
                 isinstance(i, dict) and i.get("type") in (compaction.ITEM, compaction.TRIGGER) for i in items)):
             return body
         sealer = self.store.sealer
         if sealer is None:
             raise ProxyError(500, "This proxy has no compaction key configured (compaction.key).", "api_error")
         body = {**body, "input": compaction.for_upstream(items, protocol, sealer, summarise=self.compact)}
-        if self.compaction and protocol != "responses" and body.get("tools"):
+        if self.compaction_wanted and protocol != RESPONSES and body.get("tools"):
             # The summary is the answer. (Only beside tools: OpenAI refuses a tool_choice without them;
             # the tools stay, since Anthropic refuses tool_use blocks in a history without them.)
             body["tool_choice"] = "none"
         return body
 
-    def keeper(self, upstream: Upstream, account: str, passthrough: bool) -> Callable[[dict[str, Any]], None] | None:
-        """The hook that stores the finished response object the client gets, or None under
-        `store: false` (then nothing is kept, as the real API keeps nothing). `passthrough`: the
-        client gets the upstream's own response (its id), which a Responses upstream keeps unless
-        the response says `store: false`."""
+    @property
+    def compaction(self) -> Compaction | None:
+        """Set when the answer is a compaction the proxy performs, with the key that seals it."""
+        sealer = self.store.sealer
+        return Compaction(sealer, self.compact) if self.compaction_wanted and sealer is not None else None
+
+    def keep(self, final: dict[str, Any], upstream: Upstream, account: str, passthrough: bool) -> None:
+        """Store the finished response object the client got — not under `store: false` (then
+        nothing is kept, as the real API keeps nothing). `passthrough`: the client got the
+        upstream's own response (its id), which a Responses upstream keeps unless the response
+        says `store: false`. May wait on a store over the network: the relay calls it where that
+        is allowed (a stream's end-of-stream callback, in its own greenlet)."""
         unstored = self.body.get("store", True) is False
         if (unstored and not self.keep_unstored) or self.compact:  # v1's answer is not a response
-            return None
-
-        def keep(final: dict[str, Any]) -> None:
-            kept = passthrough and upstream.protocol == "responses" and final.get("store") is not False
-            self.store.put(final, self._items_of_this_request(strict=False), self.body.get("previous_response_id"),
-                           Origin(upstream.name, account, kept), retrievable=not unstored)
-
-        return Keeper(keep, self.store.blocking)
+            return
+        kept = passthrough and upstream.protocol == RESPONSES and final.get("store") is not False
+        self.store.put(final, self._items_of_this_request(strict=False), self.body.get("previous_response_id"),
+                       Origin(upstream.name, account, kept), retrievable=not unstored)
 
     def keep_unanswered(self, final: dict[str, Any]) -> None:
         """Keep a response no upstream saw (a WebSocket warm-up), so later turns can chain on it."""

@@ -10,7 +10,7 @@ Items are also indexed by id for `item_reference`, with the response that holds 
 
 In memory and per worker process: with several gunicorn workers, a follow-up that lands on another
 worker does not find its predecessor (run one worker, the default, when clients rely on this) —
-unless the state lives in Redis, where `shared_store.SharedResponseStore` extends this one.
+unless the state lives in Redis, where `redis_store.SharedResponseStore` extends this one.
 Pure: must not import Flask or requests.
 """
 

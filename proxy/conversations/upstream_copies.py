@@ -11,14 +11,14 @@ from __future__ import annotations
 import logging
 from urllib.parse import quote
 
+from proxy.conversations.store import Origin
 from proxy.errors import ProxyError, parse_upstream_error
-from proxy.protocols.responses.store import Origin
 from proxy.relay.loop import Relay
 from proxy.relay.transport import UpstreamCall
 from proxy.upstream.client import UpstreamNetworkError
 from proxy.upstream.outbound import ProxiesExhausted
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("proxy.blueprints.upstream_copies")  # its name before it moved: log lines unchanged
 
 
 def delete_upstream_copy(relay: Relay, origin: Origin, response_id: str, request_id: str) -> None:
