@@ -41,7 +41,8 @@ def delete(response_id: str) -> Response:
     if entry.origin is not None and entry.origin.kept:
         # The upstream stores it too, and would still resolve it as a previous_response_id sent to
         # it as is: a client that deletes a response means it gone there as well.
-        delete_upstream_copy(app_state().relay, entry.origin, response_id, g.request_id)
+        relay = app_state().relay
+        delete_upstream_copy(relay.transport, relay.pools, relay.secrets, entry.origin, response_id, g.request_id)
     _store().delete(response_id)
     return jsonify({"id": response_id, "object": "response.deleted", "deleted": True})
 

@@ -70,7 +70,7 @@ class LogLines(Hooks):
             "client_protocol": request.client_protocol if request else None,
             "model": request.model if request else None,
             "upstream": record.upstream, "account": record.account,
-            "upstream_model": request.upstream_model if request else None,
+            "upstream_model": record.upstream_model,
             "status": record.status, "class": record.klass, "action": record.action,
             "elapsed_ms": _ms(record.elapsed_s),
         }

@@ -34,6 +34,7 @@ class AttemptRecord:
     elapsed_s: float
     request: RequestRecord | None = None  # the request this attempt serves (who asked, for which model)
     dropped: dict[str, int] | None = None  # what the client's encoder had left out by then (reasoning: 2)
+    upstream_model: str | None = None  # the model name the upstream was asked for
 
 
 @dataclass(slots=True)
@@ -55,6 +56,11 @@ class RequestRecord:
     duration_s: float | None = None
     attempts: int = 0
     done: bool = False
+
+    def attempted(self, attempt: AttemptRecord) -> None:
+        """One more attempt, and where it went (the request shows where its latest went)."""
+        self.upstream, self.account, self.upstream_model = attempt.upstream, attempt.account, attempt.upstream_model
+        self.attempts += 1
 
     def first_byte(self) -> None:
         """The first byte of the answer is going out now (the first time this is said)."""

@@ -31,9 +31,9 @@ from proxy.config import Streaming
 from proxy.errors import ProxyError, parse_upstream_error, scrub
 from proxy.ir.fold import unfold
 from proxy.ir.request import Request
-from proxy.ir.response import ErrorInfo
+from proxy.ir.response import ErrorInfo, Usage
 from proxy.ops.hooks import Hooks
-from proxy.ops.records import OK, AttemptRecord, RequestRecord
+from proxy.ops.records import AttemptRecord, RequestRecord
 from proxy.pool.classify import NETWORK_ACTION, NETWORK_CLASS, Verdict
 from proxy.pool.pool import AccountPool, Lease
 from proxy.protocols import registry
@@ -61,11 +61,19 @@ SSE_HEADERS = {
 
 @dataclass
 class RelayResult:
-    """The client's answer, for the blueprint to send: a whole body, or a stream to iterate."""
+    """The client's answer, for the blueprint to send: a whole body, or a stream to iterate — and
+    what the attempt that gave it found out, for the loop to record: the usage of a whole answer
+    (a stream's comes when it closes), and whether a stream began to flow."""
 
     status: int
     headers: dict[str, str]
     body: bytes | ClientStream
+    usage: Usage | None = None
+    streaming: bool = False  # a stream the engine relays (not a whole answer sent as SSE)
+
+
+# Told when a stream an attempt handed to the engine closes: its usage, and how it failed (None: ok).
+StreamEnded = Callable[[Usage | None, str | None], None]
 
 
 class NextAccount(Exception):
@@ -128,12 +136,18 @@ class Attempt:
     """`ex` tried on the leased account of `route`'s upstream. `run()` returns the client's answer,
     or raises NextAccount (another account may do better) or ProxyError (this is the answer)."""
 
-    __slots__ = ("budget", "decoded", "ex", "kit", "lease", "pool", "record", "route", "sides", "started")
+    __slots__ = ("budget", "decoded", "ex", "kit", "lease", "pool", "request", "route", "sides", "started",
+                 "stream_ended", "told")
 
     def __init__(self, kit: AttemptKit, ex: Exchange, route: Route, lease: Lease, budget: FirstByteBudget,
-                 record: RequestRecord | None = None, decoded: DecodedOnce | None = None) -> None:
+                 request: RequestRecord | None = None, decoded: DecodedOnce | None = None,
+                 stream_ended: StreamEnded | None = None) -> None:
         self.kit, self.ex, self.route, self.lease, self.budget = kit, ex, route, lease, budget
-        self.record = record
+        # The request's record, read by the hooks told of this attempt (who asked, for which model);
+        # the attempt never writes it — the loop records what `told` and the result say.
+        self.request = request
+        self.stream_ended = stream_ended  # the loop's, called once when a stream this attempt began closes
+        self.told: AttemptRecord | None = None  # this attempt as the hooks were told of it, once it ended
         self.decoded = decoded if decoded is not None else DecodedOnce()
         self.pool = kit.pools[route.upstream.name]
         # Decided here, once per attempt: the client's body passes through to an upstream of its own
@@ -212,7 +226,7 @@ class Attempt:
             assert ex.ir is not None
             decoder = sides.upstream.upstream.stream_decoder(ex.ir, route.upstream)
             relay = Translation(decoder, sides.client.client.stream_encoder(ex))
-        clock, started, record, hooks = self.kit.clock, self.started, self.record, self.kit.hooks
+        clock, started, ended = self.kit.clock, self.started, self.stream_ended
         passthrough = sides.passthrough is not None
 
         def on_end() -> None:
@@ -228,9 +242,8 @@ class Attempt:
             log.info("stream end rid=%s upstream=%s account=%s frames=%d result=%s elapsed_ms=%d%s",
                      ex.request_id, route.upstream.name, lease.account.id, outcome.frames, end,
                      (clock() - started) * 1000, _dropped(relay.dropped))
-            if record is not None and record.finish(200, failure or OK, outcome.usage):
-                hooks.stream_closed(record)
-                hooks.request_done(record)
+            if ended is not None:
+                ended(outcome.usage, failure)
 
         body = answer.stream(relay, self.kit.streaming, ex.client_socket, on_close, on_end)
         try:
@@ -246,10 +259,7 @@ class Attempt:
             body.close()
             raise
         self._log(200, "ok", "stream", relay.dropped)
-        if self.record is not None:
-            self.record.first_byte()  # the primed first frame goes out as soon as the blueprint returns
-            self.kit.hooks.stream_opened(self.record)
-        return RelayResult(200, dict(SSE_HEADERS), body)
+        return RelayResult(200, dict(SSE_HEADERS), body, streaming=True)
 
     def _whole(self, answer: UpstreamAnswer) -> RelayResult:
         ex, lease, sides = self.ex, self.lease, self.sides
@@ -261,8 +271,6 @@ class Attempt:
             raise _client_error(embedded, None, None, self.kit.secrets)
         decoded = sides.upstream.upstream.decode_response(doc)
         lease.release(usage=decoded.usage)
-        if self.record is not None:
-            self.record.usage = decoded.usage
         if ex.stream:
             # Asked to stream, answered with one body: give the client the stream it expects —
             # translated, so the answer it gets (and keeps) is not the upstream's own object.
@@ -270,14 +278,14 @@ class Attempt:
             frames = [f for ev in unfold(decoded) for f in encoder.encode(ev)]
             self._keep(encoder.final, passthrough=False)
             self._log(answer.status, "ok", "return as stream", encoder.dropped)
-            return RelayResult(200, dict(SSE_HEADERS), b"".join(frames))
+            return RelayResult(200, dict(SSE_HEADERS), b"".join(frames), decoded.usage)
         if sides.passthrough is not None:
             out = sides.passthrough.normalise_response(doc, ex)
         else:
             out = sides.client.client.encode_response(decoded, ex)
         self._keep(out.final, passthrough=sides.passthrough is not None)
         self._log(answer.status, "ok", "return", out.dropped)
-        return RelayResult(200, {"Content-Type": "application/json"}, dumps(out.body))
+        return RelayResult(200, {"Content-Type": "application/json"}, dumps(out.body), decoded.usage)
 
     def _keep(self, final: dict[str, Any] | None, passthrough: bool) -> None:
         """The finished response object to the request's conversation state, which keeps it."""
@@ -311,17 +319,14 @@ class Attempt:
                               tried=Tried(self.route.upstream.name, None, f"HTTP {info.status}"))
 
     def _log(self, status: Any, klass: str, action: str, dropped: Mapping[str, int] | None = None) -> None:
-        """The attempt, for the hooks — its log line among them (proxy.ops.log_lines); the request's
-        record learns where its latest attempt went. `dropped`: what the client's encoder left out."""
+        """The attempt, for the hooks — its log line among them (proxy.ops.log_lines) — and kept as
+        `told`, which the loop records. `dropped`: what the client's encoder left out."""
         ex, upstream, account = self.ex, self.route.upstream.name, self.lease.account.id
         elapsed = self.kit.clock() - self.started
-        if self.record is not None:
-            record = self.record
-            record.upstream, record.account, record.upstream_model = upstream, account, self.route.model
-            record.attempts += 1
-        self.kit.hooks.attempt(AttemptRecord(ex.request_id, upstream, account,
-                                               status if isinstance(status, int) else None, klass, action, elapsed,
-                                               self.record, dict(dropped) if dropped else None))
+        self.told = AttemptRecord(ex.request_id, upstream, account, status if isinstance(status, int) else None,
+                                  klass, action, elapsed, self.request, dict(dropped) if dropped else None,
+                                  self.route.model)
+        self.kit.hooks.attempt(self.told)
 
 
 def _dropped(dropped: Mapping[str, int]) -> str:

@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 
 from proxy.config import Config
 from proxy.errors import ProxyError
+from proxy.ir.response import Usage
 from proxy.ops.hooks import Hooks, HookSet
-from proxy.ops.records import RequestRecord
+from proxy.ops.records import OK, RequestRecord
 from proxy.pool.pool import AccountPool
 from proxy.protocols.exchange import Exchange
 from proxy.relay.affinity import Affinity
@@ -57,9 +58,10 @@ class Relay:
     affinity: Affinity | None = None  # conversations kept on the account of their last turn
 
     def handle(self, ex: Exchange, record: RequestRecord | None = None) -> RelayResult:
-        """The client's answer to `ex`, or a ProxyError. `record` is filled in on the way (where the
-        request went, what it cost, when its first byte left); a stream's record is closed, and the
-        hooks told, when the stream ends — the caller closes the others."""
+        """The client's answer to `ex`, or a ProxyError. `record` is filled in here, from what each
+        attempt returns or raises and the `AttemptRecord` it told the hooks (where the request went,
+        what it cost, when its first byte left) — attempts never write it; a stream's record is
+        closed, and the hooks told, when the stream ends — the caller closes the others."""
         routes = self.router.resolve(ex.model)
         if not routes:
             raise ProxyError(404, f"The model {ex.model!r} is not served by this proxy; GET /v1/models lists "
@@ -70,6 +72,13 @@ class Relay:
         kit = AttemptKit(self.transport, self.pools, self.clock, self.hooks, self.secrets, self.unsupported,
                          self.config.streaming, self.config.max_response_bytes)
         decoded = DecodedOnce()  # the IR, decoded by the first attempt that translates
+        hooks = self.hooks
+
+        def stream_ended(usage: Usage | None, failure: str | None) -> None:
+            if record is not None and record.finish(200, failure or OK, usage):
+                hooks.stream_closed(record)
+                hooks.request_done(record)
+
         failures: list[NextAccount] = []
         for route in routes:
             pool = self.pools[route.upstream.name]
@@ -85,9 +94,16 @@ class Relay:
                 if lease is None:
                     break
                 tried.add(lease.account.id)
+                attempt = Attempt(kit, ex, route, lease, budget, record, decoded, stream_ended)
                 try:
-                    with hangup_aborts(ex.client_socket):
-                        result = Attempt(kit, ex, route, lease, budget, record, decoded).run()
+                    try:
+                        with hangup_aborts(ex.client_socket):
+                            result = attempt.run()
+                    finally:  # what the attempt told, however it ended, before anything else is said
+                        if record is not None and attempt.told is not None:
+                            record.attempted(attempt.told)
+                    if record is not None:
+                        self._answered(record, result)
                     if self.affinity is not None:
                         self.affinity.served(route.upstream, conversation, lease.account.id, prefer)
                     return result
@@ -105,6 +121,14 @@ class Relay:
         if budget.spent():
             raise self._out_of_time(ex, budget, failures)
         raise self._unserved(ex, routes, failures)
+
+    def _answered(self, record: RequestRecord, result: RelayResult) -> None:
+        """The request's record learns what the attempt that answered returned."""
+        if result.streaming:
+            record.first_byte()  # the primed first frame goes out as soon as the blueprint returns
+            self.hooks.stream_opened(record)
+        else:
+            record.usage = result.usage
 
     def _out_of_time(self, ex: Exchange, budget: FirstByteBudget, failures: list[NextAccount]) -> ProxyError:
         assert budget.total is not None
