@@ -64,7 +64,8 @@ def completions_blueprint(protocol: Protocol) -> Blueprint:
     @bp.post(client.path)
     def create() -> Response:
         state = app_state()
-        record = RequestRecord(g.request_id, client_key_name(), protocol.name, model="", stream=False)
+        record = RequestRecord(g.request_id, client_key_name(), protocol.name, model="", stream=False,
+                               client_address=request.remote_addr)
         request.environ[ENVIRON_KEY] = record  # for the access line (proxy/serving/access_log.py)
         with recorded(state.hooks, record):
             body = json_body()

@@ -149,7 +149,8 @@ def _refused(err: ProxyError) -> ProxyError:
     recent requests: proxy.ops) — under the key's name if it named one, else "-"."""
     protocol = registry.for_path(request.path)
     if protocol is not None and request.method == "POST" and request.path == protocol.client.path:
-        record = RequestRecord(g.request_id, client_key_name(), protocol.name, model="", stream=False)
+        record = RequestRecord(g.request_id, client_key_name(), protocol.name, model="", stream=False,
+                               client_address=request.remote_addr)
         record.finish(err.info.status, err.info.kind)
         app_state().hooks.request_done(record)
     return err

@@ -100,6 +100,7 @@ class ResponsesSocket:
         self.frames = frames  # the protocol's WebSocket framing (proxy.protocols.responses.websocket)
         self.socket_id: str = g.request_id
         self.key_name = client_key_name()
+        self.client_address: str | None = request.environ.get("REMOTE_ADDR")  # after proxy/serving/forwarded.py
         # Checked again for every response: a reload may have disabled the key or narrowed its models.
         self._key = presented_key(request.headers.get("x-api-key"), request.headers.get("authorization"))
         client = self.protocol.client
@@ -161,7 +162,8 @@ class ResponsesSocket:
         rid = f"{self.socket_id}-{self.turns}"
         logs.request_id.set(rid)
         state = self.state  # read once: the response runs on the config in force when it arrived
-        record = RequestRecord(rid, self.key_name, self.protocol.name, model="", stream=True)
+        record = RequestRecord(rid, self.key_name, self.protocol.name, model="", stream=True,
+                               client_address=self.client_address)
         try:
             frame = self._read(data)
             if frame["type"] == self.frames.PROCESSED:

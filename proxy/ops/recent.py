@@ -1,8 +1,8 @@
 """The recent-requests list behind the status page: the last requests this host finished, shared
 by its workers, without bodies and without keys.
 
-Owns what an entry says (request id, arrival, key name, protocol, models, upstream, account,
-stream, status, outcome, attempts, first byte, duration, tokens) and its JSON form for
+Owns what an entry says (request id, arrival, key name, client address, protocol, models,
+upstream, account, stream, status, outcome, attempts, first byte, duration, tokens) and its JSON form for
 `GET /admin/requests`. Entries go to the store with the next usage commit rather than a commit of
 their own (`wait=False`, proxy/ops/usage_writer.py): wired before usage accounting, a request's
 entry and its usage land in the same transaction.
@@ -36,7 +36,7 @@ def recent_entry(record: RequestRecord) -> RecentEntry:
         upstream=record.upstream, account=record.account, stream=record.stream, status=record.status,
         outcome=record.outcome, attempts=record.attempts, first_byte_ms=milliseconds(record.first_byte_s),
         duration_ms=milliseconds(record.duration_s), input_tokens=usage.input_tokens if usage else 0,
-        output_tokens=usage.output_tokens if usage else 0)
+        output_tokens=usage.output_tokens if usage else 0, client_address=record.client_address)
 
 
 def entry_json(entry: RecentEntry) -> dict[str, Any]:
@@ -45,7 +45,8 @@ def entry_json(entry: RecentEntry) -> dict[str, Any]:
             "upstream_model": entry.upstream_model, "upstream": entry.upstream, "account": entry.account,
             "stream": entry.stream, "status": entry.status, "outcome": entry.outcome, "attempts": entry.attempts,
             "first_byte_ms": entry.first_byte_ms, "duration_ms": entry.duration_ms,
-            "input_tokens": entry.input_tokens, "output_tokens": entry.output_tokens}
+            "input_tokens": entry.input_tokens, "output_tokens": entry.output_tokens,
+            "client_address": entry.client_address}
 
 
 def iso_time(epoch: float, milliseconds: bool = False) -> str:

@@ -44,6 +44,7 @@ class RequestRecord:
     client_protocol: str
     model: str  # as the client asked for it
     stream: bool
+    client_address: str | None = None  # REMOTE_ADDR as the access log shows it (proxy/serving/forwarded.py)
     started: float = field(default_factory=time.time)  # wall clock, for accounting by the minute
     started_mono: float = field(default_factory=time.monotonic)
     upstream: str | None = None  # where the last attempt went

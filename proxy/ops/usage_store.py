@@ -89,6 +89,7 @@ class RecentEntry:
     duration_ms: int | None
     input_tokens: int
     output_tokens: int
+    client_address: str | None = None  # as the access log shows it; None in entries from before it was kept
 
 
 @dataclass(frozen=True, slots=True)

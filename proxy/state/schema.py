@@ -69,6 +69,9 @@ CREATE TABLE IF NOT EXISTS conversation_affinity (
     upstream TEXT NOT NULL, conversation TEXT NOT NULL, account TEXT NOT NULL, expires REAL NOT NULL,
     PRIMARY KEY (upstream, conversation));
 """),
+    (2, "the client's address in the recent-requests list", """
+ALTER TABLE recent_requests ADD COLUMN client_address TEXT;
+"""),
 )
 CURRENT_VERSION = MIGRATIONS[-1][0]
 

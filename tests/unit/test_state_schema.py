@@ -59,7 +59,40 @@ def test_a_file_from_before_versions_is_migrated_in_place_with_its_data(tmp_path
     with sqlite3.connect(path) as db:
         assert db.execute("SELECT status, requests FROM accounts").fetchall() == [("disabled", 41)]
         assert db.execute("SELECT used FROM key_limit_usage").fetchall() == [(1200.0,)]
-        assert db.execute("SELECT version FROM schema_migrations").fetchall() == [(CURRENT_VERSION,)]
+        assert db.execute("SELECT version FROM schema_migrations ORDER BY version").fetchall() == [
+            (version,) for version, _, _ in schema.MIGRATIONS]
+
+
+def test_a_version_1_file_gains_the_client_address_keeping_its_recent_requests(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Migration 2 adds `client_address` to the recent-requests list; entries written before it
+    read back with None."""
+    from proxy.ops.sqlite_usage_store import SQLiteUsageStore
+
+    path = str(tmp_path / "state.db")
+    with monkeypatch.context() as patched:  # the file as the release with migration 1 only left it
+        patched.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:1])
+        patched.setattr(schema, "CURRENT_VERSION", 1)
+        assert schema.migrate(path) == (0, 1)
+    with sqlite3.connect(path) as db:
+        assert "client_address" not in columns(db, "recent_requests")
+        db.execute("INSERT INTO recent_requests (request_id, time, client_key, client_protocol, model, upstream_model,"
+                   " upstream, account, stream, status, outcome, attempts, first_byte_ms, duration_ms, input_tokens,"
+                   " output_tokens) VALUES ('old', 1.0, 'alice', 'messages', 'm', 'm', 'main', 'a1', 0, 200, 'ok',"
+                   " 1, 5, 9, 3, 4)")
+    assert schema.migrate(path) == (1, CURRENT_VERSION)
+    state = StateFile.open(path)
+    try:
+        store = SQLiteUsageStore(state)
+        new = RecentEntry("new", 2.0, "bob", "messages", "m", None, None, None, True, 200, "ok", 1, None, None, 0, 0,
+                          client_address="203.0.113.7")
+        store.add([], [new])
+        store.add([], [])  # the buffered write lands
+        got = store.recent(10)
+        assert [(e.request_id, e.client_address) for e in got] == [("new", "203.0.113.7"), ("old", None)]
+        assert (got[1].client_key, got[1].input_tokens, got[1].output_tokens) == ("alice", 3, 4)
+    finally:
+        state.close()
 
 
 def test_a_file_written_by_a_newer_version_is_refused_saying_so(tmp_path: Path) -> None:
