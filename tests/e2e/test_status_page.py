@@ -215,9 +215,10 @@ def test_a_request_appears_in_the_usage_chart_and_the_last_requests(browser: Bro
     row = page.locator(f'#requests tr[data-request-id="{request_id}"]')
     expect(row).to_have_attribute("data-outcome", "ok")
     cells = row.locator("td")
-    assert cells.nth(4).inner_text() == model and cells.nth(5).inner_text().startswith("main · acct-")
-    assert cells.nth(7).inner_text() == "200"
-    assert cells.nth(11).inner_text() == f"{answer.usage.prompt_tokens} / {answer.usage.completion_tokens}"
+    assert cells.nth(3).inner_text() == "127.0.0.1"  # the client's address, as the access log shows it
+    assert cells.nth(5).inner_text() == model and cells.nth(6).inner_text().startswith("main · acct-")
+    assert cells.nth(8).inner_text() == "200"
+    assert cells.nth(12).inner_text() == f"{answer.usage.prompt_tokens} / {answer.usage.completion_tokens}"
 
     page.get_by_role("button", name="Tokens").click()  # the same data, measured in tokens
     assert bar.get_attribute("data-value") == str(answer.usage.prompt_tokens + answer.usage.completion_tokens)

@@ -8,7 +8,8 @@ Responses WebSocket upgrades and carries a turn; the access log (text and JSON l
 client nginx or Caddy saw, from X-Forwarded-For, because the front's address is in
 `server.forwarded_allow_ips` — and a client's own X-Forwarded-For hops are not believed. A proxy
 that trusts no peer logs the front's address; one trusting the whole loopback net believes a hop
-the client wrote.
+the client wrote. In every case the recent-requests list (`/admin/requests`) shows the request's
+`client_address` as the same address the access log names.
 
 The client connects from 127.0.0.2 (any 127/8 address is loopback on Linux), so that it is not the
 default-trusted 127.0.0.1 the fronts connect from.
@@ -30,7 +31,9 @@ from websockets.sync.client import connect
 
 from tests import front_servers
 from tests.conftest import CLIENT_KEY, DemoUpstream, ProxyServer, base_config, start_proxy, stop_proxy
+from tests.integration.test_pool import ADMIN_KEY
 from tests.integration.test_pool_shared_state import eventually
+from tests.integration.test_usage import listed
 
 pytestmark = pytest.mark.live
 
@@ -40,9 +43,13 @@ TERMINAL = ("response.completed", "response.incomplete", "response.failed")
 
 @pytest.fixture(scope="module")
 def deployed(demo_upstream: DemoUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyServer]:
-    server = start_proxy(base_config(demo_upstream.url), Path(tmp_path_factory.mktemp("deployed")))
+    server = start_proxy(config(demo_upstream), Path(tmp_path_factory.mktemp("deployed")))
     yield server
     stop_proxy(server)
+
+
+def config(demo_upstream: DemoUpstream, **overrides: Any) -> dict[str, Any]:
+    return base_config(demo_upstream.url, admin_keys=[ADMIN_KEY], **overrides)
 
 
 def _address(proxy: ProxyServer) -> str:
@@ -113,11 +120,12 @@ def test_paced_deltas_arrive_spread_as_the_upstream_paced_them(front: front_serv
     assert sum(1 for g in gaps if g > pace / 2) >= len(gaps) / 2
 
 
-def test_the_responses_websocket_upgrades_and_carries_a_turn(front: front_servers.FrontServer) -> None:
+def test_the_responses_websocket_upgrades_and_carries_a_turn(front: front_servers.FrontServer,
+                                                             deployed: ProxyServer) -> None:
     rid = uuid.uuid4().hex
     url = front.url.replace("http://", "ws://") + "/v1/responses"
     with connect(url, additional_headers={"Authorization": f"Bearer {CLIENT_KEY}", "X-Request-Id": rid},
-                 open_timeout=10) as ws:
+                 open_timeout=10, source_address=(CLIENT_ADDR, 0)) as ws:
         assert ws.response.headers["x-request-id"] == rid
         ws.send(json.dumps({"type": "response.create", "model": "demo-model",
                             "input": "Say hello [demo:words=4] [demo:pace=0]"}))
@@ -126,6 +134,7 @@ def test_the_responses_websocket_upgrades_and_carries_a_turn(front: front_server
             events.append(json.loads(ws.recv(timeout=20)))
     assert events[0]["type"] == "response.created" and events[-1]["type"] == "response.completed"
     assert sum(e["type"] == "response.output_text.delta" for e in events) >= 4
+    assert listed_address(deployed, f"{rid}-1") == CLIENT_ADDR  # the socket's first response
 
 
 def access_line(proxy: ProxyServer, rid: str) -> str:
@@ -143,7 +152,17 @@ def logged_client(front_url: str, proxy: ProxyServer, spoof: str | None = None) 
         {"role": "user", "content": "Hi [demo:words=2] [demo:pace=0]"}]}, rid, **headers)
     assert resp.status == 200, resp.read()
     resp.read()
-    return access_line(proxy, rid).split(" ", 1)[0]
+    logged = access_line(proxy, rid).split(" ", 1)[0]
+    assert listed_address(proxy, rid) == logged
+    return logged
+
+
+def listed_address(proxy: ProxyServer, rid: str) -> str | None:
+    """The request's `client_address` in /admin/requests, once its entry is there."""
+    assert eventually(lambda: listed(proxy, rid) is not None), f"{rid} not in /admin/requests"
+    entry = listed(proxy, rid)
+    assert entry is not None
+    return entry["client_address"]
 
 
 def test_the_access_log_names_the_client_the_front_saw(front: front_servers.FrontServer,
@@ -164,7 +183,7 @@ def test_forwarded_allow_ips_decides_whom_the_proxy_believes(allow: list[str], e
     """Trusting nobody: the log shows nginx's address. Trusting the whole loopback net, the client at
     127.0.0.2 is a trusted hop too, so the hop it wrote is believed — which is why the default
     trusts only 127.0.0.1 and ::1."""
-    server = start_proxy(base_config(demo_upstream.url, server={"forwarded_allow_ips": allow}), tmp_path)
+    server = start_proxy(config(demo_upstream, server={"forwarded_allow_ips": allow}), tmp_path)
     nginx = front_servers.start_nginx(_address(server))
     try:
         assert logged_client(nginx.url, server, spoof="203.0.113.66") == expected
@@ -174,7 +193,7 @@ def test_forwarded_allow_ips_decides_whom_the_proxy_believes(allow: list[str], e
 
 
 def test_the_json_access_line_names_the_client_too(demo_upstream: DemoUpstream, tmp_path: Path) -> None:
-    server = start_proxy(base_config(demo_upstream.url, logging={"format": "json"}), tmp_path)
+    server = start_proxy(config(demo_upstream, logging={"format": "json"}), tmp_path)
     nginx = front_servers.start_nginx(_address(server))
     try:
         rid = uuid.uuid4().hex
@@ -189,6 +208,7 @@ def test_the_json_access_line_names_the_client_too(demo_upstream: DemoUpstream, 
 
         assert eventually(lambda: bool(access()))
         assert access()[0]["remote_addr"] == CLIENT_ADDR
+        assert listed_address(server, rid) == CLIENT_ADDR
     finally:
         nginx.stop()
         stop_proxy(server)

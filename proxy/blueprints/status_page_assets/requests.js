@@ -1,5 +1,5 @@
-// The last requests on this host, newest first (GET /admin/requests?limit=100): who, what, where
-// it went, how it ended and how long it took. No bodies: the API keeps none.
+// The last requests on this host, newest first (GET /admin/requests?limit=100): who (key and
+// address), what, where it went, how it ended and how long it took. No bodies: the API keeps none.
 
 import { clock, count, dash, el, ms } from "./format.js";
 
@@ -15,6 +15,7 @@ export function renderRequests(tbody, doc) {
       el("td", { text: clock(r.time) }),
       el("td", { class: "mono small", text: r.request_id }),
       el("td", { text: r.client_key ?? dash }),
+      el("td", { class: "mono small", text: r.client_address ?? dash }),
       el("td", { text: r.client_protocol ?? dash }),
       el("td", {}, r.model ?? dash, r.upstream_model && r.upstream_model !== r.model
         ? el("div", { class: "muted small", text: `upstream: ${r.upstream_model}` }) : null),
@@ -27,5 +28,5 @@ export function renderRequests(tbody, doc) {
       el("td", { class: "num", text: tokens }));
   });
   tbody.replaceChildren(...(rows.length ? rows
-    : [el("tr", {}, el("td", { colspan: 12, class: "muted", text: "No requests yet on this host." }))]));
+    : [el("tr", {}, el("td", { colspan: 13, class: "muted", text: "No requests yet on this host." }))]));
 }
