@@ -5,6 +5,8 @@ is away and after it returns."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from typing import Any
 
 from proxy.config.state import StateConfig
@@ -16,6 +18,7 @@ from proxy.pool.redis_slots import RedisSlots
 from proxy.pool.redis_store import RedisStore
 from proxy.pool.store import AccountRecord, CounterDelta, ProxyRecord
 from proxy.state.health import StoreHealth
+from proxy.state.redis_connection import key
 from tests.redis_server import RedisServer
 
 
@@ -83,6 +86,16 @@ def test_usage_is_summed_across_hosts_and_queried_per_minute(redis_url: str) -> 
     assert [e.request_id for e in a.recent(10)] == ["r2", "r1"]
     a.add([], [], purge_before=120)
     assert b.query(UsageQuery(0, 180)).totals["requests"] == 2
+
+
+def test_recent_entries_keep_the_client_address_and_older_ones_read_back_without(redis_url: str) -> None:
+    """Entries are JSON: one written before `client_address` existed lacks it and reads back None."""
+    store = RedisUsageStore(state(redis_url))
+    old = dataclasses.asdict(entry("old"))
+    del old["client_address"]
+    store.client.lpush(key(store.state, "recent"), json.dumps(old))
+    store.add([], [dataclasses.replace(entry("new"), client_address="203.0.113.7")])
+    assert [(e.request_id, e.client_address) for e in store.recent(10)] == [("new", "203.0.113.7"), ("old", None)]
 
 
 def test_responses_issued_on_one_host_resolve_on_another(redis_url: str) -> None:
