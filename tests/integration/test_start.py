@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
+from proxy.state.schema import CURRENT_VERSION
 from tests.conftest import CLIENT_KEY, ROOT, DemoUpstream, ProxyServer, base_config, start_proxy, stop_proxy
 from tests.integration.test_pool import ADMIN_KEY, admin
 from tests.integration.test_reload import until
@@ -201,12 +202,12 @@ def test_state_migrate_and_check_for_operators(tmp_path: Path, demo_upstream: De
     missing = run("check")
     assert missing.returncode == 1 and "does not exist" in missing.stderr
     migrated = run("migrate")
-    assert migrated.returncode == 0 and "schema version 0 → 1" in migrated.stdout
+    assert migrated.returncode == 0 and f"schema version 0 → {CURRENT_VERSION}" in migrated.stdout
     again = run("migrate")
-    assert again.returncode == 0 and "already at schema version 1" in again.stdout
+    assert again.returncode == 0 and f"already at schema version {CURRENT_VERSION}" in again.stdout
     checked = run("check")
     assert checked.returncode == 0, checked.stderr
-    assert "schema version 1" in checked.stdout and "journal mode wal, integrity ok" in checked.stdout
+    assert f"schema version {CURRENT_VERSION}" in checked.stdout and "journal mode wal, integrity ok" in checked.stdout
     assert CLIENT_KEY not in checked.stdout + checked.stderr
     bare = subprocess.run([*LLM_PROXY, "state", "export", "--config", str(config)], capture_output=True, text=True,
                           cwd=ROOT)
