@@ -15,7 +15,9 @@ worker's `UsageBuffer` (proxy/ops/usage_buffer.py: merged, bounded, overflow cou
 and is written with the next batch, or by the writer's retry on the keeper's tick, once
 `StoreHealth` lets a call through again. A batch whose answer was lost may have been applied: it is
 sent again with the same sequence number, which the script skips if it has seen it — so a
-connection cut mid-write neither loses nor doubles a request's usage. A query while Redis is away
+connection cut mid-write neither loses nor doubles a request's usage. With `state.sentinel` a batch
+is done only once a replica acknowledged it (`WAIT`, bounded by `REPLICA_WAIT_MS`), so a primary
+killed before replicating does not take counted figures with it. A query while Redis is away
 answers 503 saying so. Imports neither Flask nor gevent: calls are cooperative under gevent
 (`cooperative`), run on the caller's greenlet (the usage writer's: one batch at a time).
 """
@@ -49,6 +51,7 @@ from proxy.state.redis_connection import connect, key, unreachable_errors
 
 log = logging.getLogger("proxy.usage")
 
+REPLICA_WAIT_MS = 500  # with state.sentinel: how long a batch waits for a replica to have it
 APPLIED_TTL = 7 * 86400  # seconds a writer's last sequence number is kept after its last batch
 # One script per batch: atomic like a transaction, and one command to send and one reply to read
 # (a MULTI of a dozen HINCRBYs a row costs the worker several times the CPU).
@@ -124,6 +127,13 @@ class RedisUsageStore:
             payload["rows"].append([str(row.minute), {f"{dims}|{name}": str(getattr(row, name))
                                                       for name in (*COUNTERS, *TIMINGS) if getattr(row, name)}])
         self._add(args=[self.state.prefix, json.dumps(payload), RECENT_CAP, self.writer, batch.seq, APPLIED_TTL])
+        if self.state.sentinel is not None:
+            # Done only once a replica has it too: a primary that dies before passing a batch on
+            # would otherwise take acknowledged figures with it (replication is asynchronous). If it
+            # dies during the wait, the connection error sends the batch back, and the promoted
+            # replica, which never saw its number, applies it. A replica slower than the timeout
+            # does not hold usage back: the batch is on the primary, and counted.
+            self.client.execute_command("WAIT", 1, REPLICA_WAIT_MS)
 
     def query(self, query: UsageQuery) -> UsageAnswer:
         minutes_key = key(self.state, "usage-minutes")
