@@ -122,13 +122,17 @@ def start_nginx(proxy_addr: str) -> FrontServer:
         f"http {{\n    access_log {directory}/access.log;\n{temp}\n    include {directory}/llm-proxy.conf;\n}}\n")
     process = subprocess.Popen([path, "-p", directory, "-c", f"{directory}/nginx.conf", "-e",
                                 f"{directory}/error.log"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    server = FrontServer("nginx", f"http://127.0.0.1:{port}", process, directory)
+    return listening(FrontServer("nginx", f"http://127.0.0.1:{port}", process, directory), port)
+
+
+def listening(server: FrontServer, port: int) -> FrontServer:
+    """`server` once it listens on `port`; if it exits first, stopped, with its log in the error."""
     try:
-        wait_listening(port, process, "nginx")
+        wait_listening(port, server.process, server.name)
     except RuntimeError as exc:
-        log = server.log()
+        text = server.log()
         server.stop()
-        raise RuntimeError(f"{exc}:\n{log}") from None
+        raise RuntimeError(f"{exc}:\n{text}") from None
     return server
 
 
@@ -143,11 +147,4 @@ def start_caddy(proxy_addr: str) -> FrontServer:
     with open(Path(directory) / "error.log", "wb") as log:
         process = subprocess.Popen([path, "run", "--config", str(config), "--adapter", "caddyfile"],
                                    env=env, cwd=directory, stdout=log, stderr=subprocess.STDOUT)
-    server = FrontServer("caddy", f"http://127.0.0.1:{port}", process, directory)
-    try:
-        wait_listening(port, process, "caddy")
-    except RuntimeError as exc:
-        text = server.log()
-        server.stop()
-        raise RuntimeError(f"{exc}:\n{text}") from None
-    return server
+    return listening(FrontServer("caddy", f"http://127.0.0.1:{port}", process, directory), port)

@@ -57,6 +57,15 @@ def recorded(hooks: HookSet, record: RequestRecord) -> Iterator[None]:
         raise
 
 
+def arriving_record(protocol: Protocol) -> RequestRecord:
+    """The record of the request being handled, as it arrives (its model is read from the body
+    later), kept where the access line finds it (proxy/serving/access_log.py)."""
+    record = RequestRecord(g.request_id, client_key_name(), protocol.name, model="", stream=False,
+                           client_address=request.remote_addr)
+    request.environ[ENVIRON_KEY] = record
+    return record
+
+
 def completions_blueprint(protocol: Protocol) -> Blueprint:
     client = protocol.client
     bp = Blueprint(protocol.name, __name__)
@@ -64,9 +73,7 @@ def completions_blueprint(protocol: Protocol) -> Blueprint:
     @bp.post(client.path)
     def create() -> Response:
         state = app_state()
-        record = RequestRecord(g.request_id, client_key_name(), protocol.name, model="", stream=False,
-                               client_address=request.remote_addr)
-        request.environ[ENVIRON_KEY] = record  # for the access line (proxy/serving/access_log.py)
+        record = arriving_record(protocol)
         with recorded(state.hooks, record):
             body = json_body()
             client.validate(body)

@@ -16,15 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from flask import Blueprint, Response, g, request
+from flask import Blueprint, Response, g
 from flask.blueprints import BlueprintSetupState
 
 from proxy import conversations
-from proxy.blueprints.completions import admit, recorded
-from proxy.blueprints.http import client_key, client_key_name, client_socket, json_body, relay_response
+from proxy.blueprints.completions import admit, arriving_record, recorded
+from proxy.blueprints.http import client_key, client_socket, json_body, relay_response
 from proxy.blueprints.state import app_state
-from proxy.ops.log_lines import ENVIRON_KEY
-from proxy.ops.records import OK, RequestRecord
+from proxy.ops.records import OK
 from proxy.protocols import registry
 from proxy.protocols.codec import Endpoint, Protocol
 from proxy.protocols.exchange import Exchange
@@ -45,9 +44,7 @@ def _routes(setup: BlueprintSetupState) -> None:
 def _view(protocol: Protocol, endpoint: Endpoint) -> Callable[[], Response]:
     def relayed() -> Response:
         state = app_state()
-        record = RequestRecord(g.request_id, client_key_name(), protocol.name, model="", stream=False,
-                               client_address=request.remote_addr)
-        request.environ[ENVIRON_KEY] = record  # for the access line (proxy/serving/access_log.py)
+        record = arriving_record(protocol)
         with recorded(state.hooks, record):
             body = json_body()
             body.pop("stream", None)  # the answer is one JSON body
