@@ -51,6 +51,13 @@ def named_key(doc: Doc) -> Doc:
     return entry
 
 
+def key_group(doc: Doc) -> Doc:
+    named_key(doc)
+    doc["key_groups"] = [{"name": "team", "keys": ["alice"]}]
+    group: Doc = doc["key_groups"][0]
+    return group
+
+
 def on_redis(doc: Doc) -> Doc:
     doc["state"] = {"backend": "redis", "sentinel": {"hosts": ["127.0.0.1:26379"], "service_name": "main"}}
     return doc
@@ -84,6 +91,12 @@ SECTIONS: dict[str, Callable[[Doc], Doc]] = {
     "metrics": lambda d: d.setdefault("metrics", {}),
     "logging": lambda d: d.setdefault("logging", {}),
     "usage": lambda d: d.setdefault("usage", {}),
+    "client_keys[].budget": lambda d: named_key(d).setdefault("budget", {"usd_per_day": 1}),
+    "upstreams[].pricing": lambda d: upstream(d).setdefault("pricing", {}),
+    "pricing": lambda d: d.setdefault("pricing", {}),
+    "key_groups[]": lambda d: key_group(d),
+    "key_groups[].budget": lambda d: key_group(d).setdefault("budget", {"usd_total": 5}),
+    "alerts": lambda d: d.setdefault("alerts", {}),
 }
 
 

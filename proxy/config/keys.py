@@ -2,7 +2,8 @@
 
 Owns the shape of a client key and its checks. An entry is either a plain string (the key; its
 name is derived from a hash prefix, `key-1a2b3c4d`, stable and no use for finding the key) or an
-object `{name, key, models: [glob…], disabled: bool, limits: {…}}` (proxy/config/limits.py).
+object `{name, key, models: [glob…], disabled: bool, limits: {…}, budget: {…}}` (proxy/config/limits.py,
+proxy/config/money.py).
 Names are what logs, usage and metrics show —
 never the key — so they must be unique and printable; keys must be unique (two entries with one key
 could not tell which name a request belongs to); `models` are globs over the client's model name
@@ -20,6 +21,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from proxy.config.limits import KeyLimits, parse_limits
+from proxy.config.money import Budget, parse_budget
 from proxy.config.values import ConfigError, bool_, join, known, required, str_
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:-]{0,63}$")
@@ -37,6 +39,7 @@ class ClientKey:
     models: tuple[str, ...] | None = None  # globs over client model names; None: every model
     disabled: bool = False
     limits: KeyLimits | None = None  # None: no limit of its own
+    budget: Budget | None = None  # USD it may spend (proxy/money/); None: no budget of its own
 
     @classmethod
     def plain(cls, key: str) -> ClientKey:
@@ -52,7 +55,8 @@ def parse_client_keys(value: Any, path: str, at_least_one: bool = True) -> tuple
     if isinstance(value, str | dict):
         value = [value]
     if not isinstance(value, list):
-        raise ConfigError(path, "must be a list of keys: strings, or {name, key, models, disabled, limits} entries")
+        raise ConfigError(path, "must be a list of keys: strings, or {name, key, models, disabled, limits, budget} "
+                                "entries")
     entries = tuple(_entry(item, f"{path}[{i}]") for i, item in enumerate(value))
     if at_least_one and not entries:
         raise ConfigError(path, "must list at least one key that clients present")
@@ -76,7 +80,7 @@ def parse_client_keys(value: Any, path: str, at_least_one: bool = True) -> tuple
 def _entry(raw: Any, path: str) -> ClientKey:
     if not isinstance(raw, dict):
         return ClientKey.plain(str_(raw, path))
-    known(raw, path, {"name", "key", "models", "disabled", "limits"})
+    known(raw, path, {"name", "key", "models", "disabled", "limits", "budget"})
     name = str_(required(raw, "name", path), join(path, "name"))
     if not _NAME.match(name):
         raise ConfigError(join(path, "name"), f"must be 1 to 64 letters, digits or . _ @ : - (starting with a "
@@ -87,7 +91,8 @@ def _entry(raw: Any, path: str) -> ClientKey:
     models = None if "models" not in raw else _models(raw["models"], join(path, "models"))
     return ClientKey(name=name, key=key, models=models, disabled=bool_(raw.get("disabled", False),
                                                                         join(path, "disabled")),
-                     limits=parse_limits(raw.get("limits"), join(path, "limits")))
+                     limits=parse_limits(raw.get("limits"), join(path, "limits")),
+                     budget=parse_budget(raw.get("budget"), join(path, "budget")))
 
 
 def _models(value: Any, path: str) -> tuple[str, ...]:

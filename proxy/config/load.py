@@ -34,6 +34,7 @@ from proxy.config.model import (
     Timeouts,
     Upstream,
 )
+from proxy.config.money import parse_alerts, parse_budget_settings, parse_key_groups, parse_pricing
 from proxy.config.observability import parse_logging, parse_metrics
 from proxy.config.pool import parse_pool
 from proxy.config.server import parse_server
@@ -100,6 +101,7 @@ def parse(raw: Any, environ: Mapping[str, str] | None = None, source: str = "<me
             "model_list_ttl", "trust_env", "log_level", "state_path", "response_store", "max_response_bytes",
             "compaction",
             "proxies", "protocol_plugins", "metrics", "logging", "usage", "state", "server",
+            "pricing", "key_groups", "budget_input_margin", "budget_default_max_output_tokens", "alerts",
         },
     )
     client_keys = parse_client_keys(top.get("client_keys"), "client_keys")
@@ -141,6 +143,10 @@ def parse(raw: Any, environ: Mapping[str, str] | None = None, source: str = "<me
         metrics=parse_metrics(top.get("metrics", {})),
         logging=parse_logging(top.get("logging", {})),
         server=parse_server(top.get("server"), "server"),
+        pricing=parse_pricing(top.get("pricing"), "pricing"),
+        key_groups=parse_key_groups(top.get("key_groups"), "key_groups", {k.name for k in client_keys}),
+        budgets=parse_budget_settings(top),
+        alerts=parse_alerts(top.get("alerts"), "alerts"),
     )
 
 
@@ -181,7 +187,7 @@ def _upstream(raw: Any, path: str, default_timeouts: Timeouts, proxies: tuple[st
         up,
         path,
         {"name", "protocol", "base_url", "accounts", "models", "headers", "timeouts", "stream_usage", "reasoning",
-         "max_output_tokens", "max_tokens_field", "pool", "unsupported"},
+         "max_output_tokens", "max_tokens_field", "pool", "unsupported", "provider", "pricing"},
     )
     name = str_(required(up, "name", path), f"{path}.name")
     # Which names are protocols is the protocol registry's to say (proxy.protocols.registry.resolve).
@@ -215,6 +221,8 @@ def _upstream(raw: Any, path: str, default_timeouts: Timeouts, proxies: tuple[st
         pool=parse_pool(up.get("pool", {}), f"{path}.pool"),
         unsupported=unsupported_fields.parse(up.get("unsupported"), f"{path}.unsupported"),
         proxies=proxies,
+        provider=None if up.get("provider") is None else str_(up["provider"], f"{path}.provider").lower(),
+        pricing=parse_pricing(up.get("pricing"), f"{path}.pricing"),
     )
 
 

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from proxy.config.keys import ClientKey
+from proxy.config.money import Alerts, BudgetSettings, KeyGroup, Pricing
 from proxy.config.observability import LoggingConfig, MetricsConfig
 from proxy.config.pool import PoolConfig
 from proxy.config.server import ServerConfig
@@ -107,6 +108,10 @@ class Upstream:
     unsupported: tuple[str, ...] = ()  # request fields removed from every request to it
     # The top-level `proxies`: the outbound proxies of accounts that name none of their own.
     proxies: tuple[str, ...] = field(default=(), repr=False)
+    # Which price list its model names are looked up in (genai-prices' provider id); None: guessed
+    # from base_url by proxy/money/prices.py.
+    provider: str | None = None
+    pricing: Pricing = field(default_factory=Pricing)  # this upstream's own prices, over the top level's
 
 
 @dataclass(frozen=True)
@@ -135,3 +140,7 @@ class Config:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     server: ServerConfig = field(default_factory=ServerConfig)  # forwarded_allow_ips, tls: read at start
+    pricing: Pricing = field(default_factory=Pricing)  # prices over genai-prices' (proxy/money/prices.py)
+    key_groups: tuple[KeyGroup, ...] = ()  # named sets of client keys, each maybe with a budget
+    budgets: BudgetSettings = field(default_factory=BudgetSettings)  # how a reservation is sized
+    alerts: Alerts = field(default_factory=Alerts)  # where budget alerts are POSTed

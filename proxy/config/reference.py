@@ -21,7 +21,8 @@ from __future__ import annotations
 import json
 import sys
 
-from proxy.config.spec import ENV, SPEC, STRING, Key, Schema, Section
+from proxy.config.spec import SPEC
+from proxy.config.spec_parts import ENV, STRING, Key, Schema, Section
 
 __all__ = ["SPEC", "Key", "Schema", "Section", "markdown", "rows", "schema", "schema_text"]
 

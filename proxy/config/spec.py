@@ -10,81 +10,30 @@ Import-light: stdlib only, like `proxy.config`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 from proxy.config.limits import LIMIT_NAMES
 from proxy.config.model import MAX_TOKENS_FIELDS, REASONING_CONTROLS
+from proxy.config.money_spec import BUDGET, MONEY_TOP_LEVEL, PRICING, PROVIDER
 from proxy.config.observability import LOG_FORMATS
 from proxy.config.pool import ACTIONS, POLICIES
 from proxy.config.presets import PRESETS
+from proxy.config.spec_parts import (
+    BOOLEAN,
+    ENV,
+    SIZE,
+    STRING,
+    Key,
+    Schema,
+    Section,
+    number,
+    one_of,
+    one_or_list,
+    string_map,
+)
+from proxy.config.spec_parts import key as _k
 from proxy.config.state import BACKENDS
 from proxy.config.unsupported import UNREMOVABLE
 
-Schema = dict[str, Any]
-
-# A value read from the environment when the file is loaded: a string, whatever the key's type.
-ENV: Schema = {"type": "string", "pattern": r"\$\{[A-Za-z_][A-Za-z0-9_]*(:-[^}]*)?\}"}
-STRING: Schema = {"type": "string", "minLength": 1}
-BOOLEAN: Schema = {"type": "boolean"}
-STRINGS: Schema = {"type": "array", "items": STRING}
-
-
-def number(minimum: float | None = None, whole: bool = False) -> Schema:
-    """A number (the loader also takes one written as a string, as `${VAR}` gives it)."""
-    plain: Schema = {"type": "integer" if whole else "number"}
-    if minimum is not None:
-        plain["minimum"] = minimum
-    return {"anyOf": [plain, ENV]}
-
-
-def one_of(values: tuple[str, ...]) -> Schema:
-    return {"anyOf": [{"enum": list(values)}, ENV]}
-
-
-def string_map(what: str) -> Schema:
-    """A mapping whose keys the user chooses, each value a string."""
-    return {"type": "object", "additionalProperties": {"type": "string"}, "description": what}
-
-
-def one_or_list(item: Schema, non_empty: bool = True) -> Schema:
-    """The loader's `x` or `[x, …]`."""
-    listed: Schema = {"type": "array", "items": item}
-    if non_empty:
-        listed["minItems"] = 1
-    return {"anyOf": [item, listed]}
-
-
-SIZE: Schema = {"anyOf": [{"type": "integer", "minimum": 1},
-                          {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*([KMG]i?B|B)?\s*$"}, ENV]}
-
-
-@dataclass(frozen=True)
-class Section:
-    """A mapping with a fixed set of keys: anything else is an error."""
-
-    keys: tuple[Key, ...]
-    # The loader also takes a bare string here (a client key given as just the key).
-    or_string: str | None = None
-
-
-@dataclass(frozen=True)
-class Key:
-    name: str
-    value: Section | Schema
-    meaning: str
-    default: str = "none"  # as the reference shows it
-    required: bool = False
-    listed: str | None = None  # "list": a list of `value`; "list_or_one": that, or one `value` alone
-    # Where the loader puts the value in the validated Config (dotted, `upstreams.0.pool.policy`), and
-    # the value it has when the key is left out: tests check the stated default against the loader.
-    applies: tuple[str, Any] | None = None
-
-
-def _k(name: str, value: Section | Schema, meaning: str, default: str = "none", **kw: Any) -> Key:
-    return Key(name, value, meaning, default, **kw)
-
-
+__all__ = ["ENV", "SPEC", "STRING", "Key", "Schema", "Section"]
 LIMITS = Section(tuple(
     _k(name, number(1, whole=True), meaning) for name, meaning in zip(LIMIT_NAMES, (
         "Requests this key may start per minute.",
@@ -105,6 +54,9 @@ CLIENT_KEY = Section((
     _k("limits", LIMITS, "What this key may use, across every worker and host; over a limit: 429 with "
                          "`Retry-After`. Each limit is optional, a whole number ≥ 1; at least one must be set. "
                          "See [Operating it](operating.md#client-key-limits)."),
+    _k("budget", BUDGET, "US dollars this key may spend, held exactly across every worker and host: a request "
+                         "reserves its worst case first and is refused (OpenAI protocols 429 `insufficient_quota`, "
+                         "Anthropic 400) when that would not fit. See [Money](money.md#budgets)."),
 ), or_string="a key alone; its name in logs is `key-` and a hash prefix")
 
 ACCOUNT = Section((
@@ -264,6 +216,8 @@ UPSTREAM = Section((
        "alike; `cache_control` also wherever Anthropic puts it. Other names are removed at the top level only. "
        f"{', '.join(f'`{n}`' for n in UNREMOVABLE)} cannot be listed. The first request that carried a listed field "
        "logs one `info` line naming the upstream and the field (once per field, upstream and worker)."),
+    PROVIDER,
+    _k("pricing", PRICING, "This upstream's own prices, over the top-level `pricing`."),
 ))
 
 SENTINEL = Section((
@@ -383,4 +337,5 @@ SPEC = Section((
                                                        "pattern": r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$"}},
        "Python modules imported at start, each registering one more protocol — its client endpoint and its "
        "`protocol:` value (docs/architecture.md §4.6). Cannot change on a reload."),
+    *MONEY_TOP_LEVEL,
 ))

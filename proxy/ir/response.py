@@ -31,6 +31,7 @@ class Usage:
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     reasoning_tokens: int = 0
+    cache_write_1h_tokens: int = 0  # of cache_write_tokens, those written to Anthropic's 1-hour cache
 
     @property
     def total_tokens(self) -> int:
@@ -45,7 +46,7 @@ class Usage:
         """Take every figure `other` reports. Streams report cumulative values, so a later,
         non-zero figure replaces an earlier one; zeros never erase what was already known."""
         for name in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
-                     "reasoning_tokens"):
+                     "reasoning_tokens", "cache_write_1h_tokens"):
             value = getattr(other, name)
             if value:
                 setattr(self, name, value)

@@ -40,7 +40,7 @@ def test_plain_and_named_keys_side_by_side() -> None:
 
 @pytest.mark.parametrize(("entries", "message"), [
     ([], "client_keys: must list at least one key"),
-    ({"alice": "sk-1"}, "client_keys[0].alice: unknown key; expected one of disabled, key, limits, models, name"),
+    ({"alice": "sk-1"}, "client_keys[0].alice: unknown key; expected one of budget, disabled, key, limits, models, name"),
     ([{"key": "sk-alice-key"}], "client_keys[0].name: is required"),
     ([{"name": "alice"}], "client_keys[0].key: is required"),
     ([{"name": "alice", "key": "sk-a", "model": ["x"]}], "client_keys[0].model: unknown key"),

@@ -1,0 +1,1 @@
+"""Money: model prices (prices.py), the cost of a request (cost.py) and USD budgets."""
