@@ -15,11 +15,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from proxy.ir.events import Event, Failure, Finish, Start, UsageUpdate
 from proxy.ir.response import ErrorInfo, Usage
 from proxy.protocols.sse import SSEEvent, event_frame, named_after_type
+
+# What a relay or encoder that never leaves anything out says it dropped: one shared, read-only
+# empty mapping, not an empty dict of its own held by every open stream (64 bytes each).
+NOTHING_DROPPED: Mapping[str, int] = MappingProxyType({})
 
 
 class StreamDecoder(Protocol):
@@ -109,7 +114,7 @@ class WatchedPassthrough:
         self.done = False
         self.watch = decoder
         self.final: dict[str, Any] | None = None
-        self.dropped: dict[str, int] = {}
+        self.dropped: Mapping[str, int] = NOTHING_DROPPED  # a subclass that drops replaces it
 
     def feed(self, sse: SSEEvent) -> list[bytes]:
         if self.done:

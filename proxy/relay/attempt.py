@@ -11,7 +11,7 @@ releases it when it closes) and is told to the hooks as one `AttemptRecord` — 
 account, status, class, action, elapsed time — which `proxy.ops.log_lines` writes as the attempt's
 log line: the relay states facts and formats no line about an attempt. What the answer's encoding
 finds out comes back as values — a whole answer's `Answer`, a stream relay's `final` and `dropped`,
-read in the streaming engine's end-of-stream callback — and the finished response object goes to
+read by the stream's end (`proxy.relay.stream_end`) — and the finished response object goes to
 the request's conversation state there, never through a hook written into the `Exchange`. An
 attempt is given what it uses (`AttemptKit`: transport, pools, clock, hooks, …), not the relay loop.
 
@@ -42,10 +42,11 @@ from proxy.protocols.exchange import Exchange
 from proxy.protocols.sse import dumps
 from proxy.protocols.transcode import StreamRelay, Translation
 from proxy.relay.first_byte import FirstByteBudget, OutOfTime, Tried, timed_out
+from proxy.relay.stream_end import StreamEnd, StreamEnded
 from proxy.relay.transport import ClientStream, Transport, UpstreamAnswer, UpstreamCall
 from proxy.relay.unsupported_fields import UnsupportedFields
 from proxy.routing import Route
-from proxy.streaming import EarlyStreamFailure, StreamOutcome
+from proxy.streaming import EarlyStreamFailure
 from proxy.upstream.client import UpstreamNetworkError
 from proxy.upstream.outbound import ProxiesExhausted
 
@@ -70,10 +71,6 @@ class RelayResult:
     body: bytes | ClientStream
     usage: Usage | None = None
     streaming: bool = False  # a stream the engine relays (not a whole answer sent as SSE)
-
-
-# Told when a stream an attempt handed to the engine closes: its usage, and how it failed (None: ok).
-StreamEnded = Callable[[Usage | None, str | None], None]
 
 
 class NextAccount(Exception):
@@ -226,26 +223,9 @@ class Attempt:
             assert ex.ir is not None
             decoder = sides.upstream.upstream.stream_decoder(ex.ir, route.upstream)
             relay = Translation(decoder, sides.client.client.stream_encoder(ex))
-        clock, started, ended = self.kit.clock, self.started, self.stream_ended
-        passthrough = sides.passthrough is not None
-
-        def on_end() -> None:
-            # The stream has finished; its last frames are not out yet, and waiting is allowed here.
-            if ex.conversation is not None and relay.final is not None:
-                ex.conversation.keep(relay.final, route.upstream, lease.account.id, passthrough)
-
-        def on_close(outcome: StreamOutcome) -> None:
-            failure = "client_gone" if outcome.client_gone else (outcome.error.kind if outcome.error else None)
-            lease.release(failure=failure, usage=outcome.usage,
-                          error=outcome.error.message if outcome.error and not outcome.client_gone else None)
-            end = "client disconnected" if outcome.client_gone else ("in-band error" if outcome.error else "ok")
-            log.info("stream end rid=%s upstream=%s account=%s frames=%d result=%s elapsed_ms=%d%s",
-                     ex.request_id, route.upstream.name, lease.account.id, outcome.frames, end,
-                     (clock() - started) * 1000, _dropped(relay.dropped))
-            if ended is not None:
-                ended(outcome.usage, failure)
-
-        body = answer.stream(relay, self.kit.streaming, ex.client_socket, on_close, on_end)
+        end = StreamEnd(ex, route, lease, relay, sides.passthrough is not None, self.kit.clock, self.started,
+                        self.stream_ended)
+        body = answer.stream(relay, self.kit.streaming, ex.client_socket, end.close, end.keep if end.keeps else None)
         try:
             body.prime(self.budget.deadline, self.budget.no_event(route.upstream.name))
         except EarlyStreamFailure as early:
@@ -327,13 +307,6 @@ class Attempt:
                                   klass, action, elapsed, self.request, dict(dropped) if dropped else None,
                                   self.route.model)
         self.kit.hooks.attempt(self.told)
-
-
-def _dropped(dropped: Mapping[str, int]) -> str:
-    """What the client's encoder left out for this client, for the log line (" dropped=reasoning:2")."""
-    if not dropped:
-        return ""
-    return " dropped=" + ",".join(f"{what}:{n}" for what, n in sorted(dropped.items()))
 
 
 def _is_event_stream(content_type: str) -> bool:

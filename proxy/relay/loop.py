@@ -45,6 +45,22 @@ log = logging.getLogger("proxy.relay")
 __all__ = ["Relay", "RelayResult"]
 
 
+class _CloseRecord:
+    """Closes a streamed request's record when its stream closes, and tells the hooks (the loop's
+    `StreamEnded`). A slotted object rather than a closure over the record and the hooks: every open
+    stream holds it, and a closure with its cells costs several times its 48 bytes."""
+
+    __slots__ = ("hooks", "record")
+
+    def __init__(self, record: RequestRecord, hooks: Hooks) -> None:
+        self.record, self.hooks = record, hooks
+
+    def __call__(self, usage: Usage | None, failure: str | None) -> None:
+        if self.record.finish(200, failure or OK, usage):
+            self.hooks.stream_closed(self.record)
+            self.hooks.request_done(self.record)
+
+
 @dataclass
 class Relay:
     config: Config
@@ -72,12 +88,8 @@ class Relay:
         kit = AttemptKit(self.transport, self.pools, self.clock, self.hooks, self.secrets, self.unsupported,
                          self.config.streaming, self.config.max_response_bytes)
         decoded = DecodedOnce()  # the IR, decoded by the first attempt that translates
-        hooks = self.hooks
-
-        def stream_ended(usage: Usage | None, failure: str | None) -> None:
-            if record is not None and record.finish(200, failure or OK, usage):
-                hooks.stream_closed(record)
-                hooks.request_done(record)
+        # Told when a stream this request began closes (held by the stream: an object, not a closure).
+        stream_ended = _CloseRecord(record, self.hooks) if record is not None else None
 
         failures: list[NextAccount] = []
         for route in routes:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from proxy.ir.response import ErrorInfo, Usage
@@ -34,7 +35,7 @@ from proxy.protocols.chat_completions.response import new_call_id, new_id
 from proxy.protocols.chat_completions.vocabulary import stopped_after_calls, usage_from_chat
 from proxy.protocols.fields import count
 from proxy.protocols.sse import DONE_FRAME, KEEPALIVE_COMMENT, SSEEvent, data_frame
-from proxy.protocols.transcode import closed_early, parse_payload
+from proxy.protocols.transcode import NOTHING_DROPPED, closed_early, parse_payload
 
 _MISSING = object()
 
@@ -70,7 +71,7 @@ class ChatPassthroughStream:
         self.done = False
         self.failed: ErrorInfo | None = None
         self.final: dict[str, Any] | None = None  # Chat keeps no conversation on the proxy
-        self.dropped: dict[str, int] = {}
+        self.dropped: Mapping[str, int] = NOTHING_DROPPED  # it leaves nothing out
         self._id: str | None = None
         self._created = 0
         self._choices: dict[int, _ChoiceState] = {}

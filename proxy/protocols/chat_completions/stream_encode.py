@@ -16,6 +16,7 @@ Pure: must not import Flask or requests.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from proxy.ir.custom_calls import CustomCallsAsFunctions
@@ -26,6 +27,7 @@ from proxy.protocols.chat_completions.errors import stream_error_frames
 from proxy.protocols.chat_completions.response import annotation, new_id
 from proxy.protocols.chat_completions.vocabulary import FINISH_TO_CHAT, usage_to_chat
 from proxy.protocols.sse import DONE_FRAME, KEEPALIVE_COMMENT, data_frame
+from proxy.protocols.transcode import NOTHING_DROPPED
 
 
 class ChatStreamEncoder:
@@ -34,7 +36,7 @@ class ChatStreamEncoder:
         self.include_usage = include_usage
         self.done = False
         self.final: dict[str, Any] | None = None  # Chat keeps no conversation on the proxy
-        self.dropped: dict[str, int] = {}
+        self.dropped: Mapping[str, int] = NOTHING_DROPPED  # it leaves nothing out
         self._id = new_id()
         self._created = int(time.time())
         self._open: dict[int, OutputPart] = {}  # open blocks by key

@@ -83,7 +83,8 @@ class MessagesPassthroughStream(WatchedPassthrough):
             return [event_frame(sse)]
         if sse.event == "content_block_start" and (payload.get("content_block") or {}).get("type") in THINKING_BLOCKS:
             self._dropped_indices.append(index)
-            self.dropped["reasoning"] = self.dropped.get("reasoning", 0) + 1  # for the request's log line
+            # Counted for the request's log line, in a mapping of its own (not the shared empty one).
+            self.dropped = {**self.dropped, "reasoning": self.dropped.get("reasoning", 0) + 1}
             return []
         if index in self._dropped_indices:
             return []

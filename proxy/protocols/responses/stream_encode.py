@@ -32,6 +32,7 @@ Pure: must not import Flask or requests.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from proxy.ir.events import BlockStart, BlockStop, Cite, Delta, Event, Failure, Finish, Signature, Start, UsageUpdate
@@ -52,6 +53,7 @@ from proxy.protocols.responses.response import (
     text_part,
 )
 from proxy.protocols.sse import named_frame
+from proxy.protocols.transcode import NOTHING_DROPPED
 
 
 class _Item:
@@ -87,7 +89,7 @@ class ResponsesStreamEncoder:
         self.response = ResponseObject(body, model)
         self.done = False
         self.final: dict[str, Any] | None = None  # the response object of response.completed / incomplete
-        self.dropped: dict[str, int] = {}
+        self.dropped: Mapping[str, int] = NOTHING_DROPPED  # it leaves nothing out
         self._custom_tools = custom_tools
         self._include_encrypted = include_encrypted
         self._seq = 0
