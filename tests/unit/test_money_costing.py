@@ -1,0 +1,91 @@
+"""The `Costing` hook (proxy/money/costing.py): the cost on the record, from the config's prices,
+before any other hook; unknown prices and missing usage left None; the price book swapped by a
+config reload."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from proxy.blueprints.state import app_state
+from proxy.config.load import parse
+from proxy.ir.response import Usage
+from proxy.money.costing import Costing, price_record
+from proxy.money.prices import PriceBook
+from proxy.ops.hooks import Hooks, HookSet
+from proxy.ops.records import RequestRecord
+from proxy.ops.usage import usage_row
+from proxy.serving.app import create_app
+from tests.state_files import migrated
+from tests.unit.test_config import MINIMAL
+
+PRICES = {"models": {"house-*": {"input": 2, "output": 8, "cached_input": 0.5}}}
+
+
+def doc(**extra: Any) -> dict[str, Any]:
+    out = copy.deepcopy(MINIMAL)
+    out.update(extra)
+    return out
+
+
+def record(model: str, usage: Usage | None) -> RequestRecord:
+    return RequestRecord("r", "alice", "chat_completions", model, False, upstream="main", account="acct-1",
+                         upstream_model=model, status=200, usage=usage)
+
+
+def test_a_priced_request_gets_its_cost_saving_and_source() -> None:
+    book = PriceBook(parse(doc(pricing=PRICES), environ={}))
+    done = record("house-1", Usage(input_tokens=1000, output_tokens=100, cache_read_tokens=400))
+    price_record(done, book)
+    # 600 uncached * 2 + 400 cached * 0.5 + 100 output * 8 micro-dollars
+    assert (done.cost_micros, done.cache_saved_micros, done.price_source) == (2200, 600, "config")
+    row = usage_row(done)
+    assert (row.cost_micros, row.cost_unknown_requests, row.cache_saved_micros, row.price_version) == (
+        2200, 0, 600, "config")
+
+
+def test_an_unknown_price_is_none_never_zero_and_counts_as_unknown() -> None:
+    book = PriceBook(parse(doc(pricing=PRICES), environ={}))  # a loopback upstream: config prices only
+    done = record("mystery-1", Usage(input_tokens=10, output_tokens=1))
+    price_record(done, book)
+    assert (done.cost_micros, done.price_source) == (None, None)
+    assert usage_row(done).cost_unknown_requests == 1
+
+
+def test_no_usage_is_no_cost_and_not_unknown() -> None:
+    book = PriceBook(parse(doc(pricing=PRICES), environ={}))
+    for usage in (None, Usage()):
+        done = record("house-1" if usage is None else "mystery-1", usage)
+        price_record(done, book)
+        assert done.cost_micros is None and usage_row(done).cost_unknown_requests == 0
+
+
+class Seen(Hooks):
+    def __init__(self) -> None:
+        self.costs: list[int | None] = []
+
+    def request_done(self, record: RequestRecord) -> None:
+        self.costs.append(record.cost_micros)
+
+
+def test_costing_is_the_first_hook_and_a_reload_swaps_the_prices(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    config = doc(pricing=PRICES, state_path=migrated(tmp_path / "state.db"))
+    path.write_text(yaml.safe_dump(config))
+    parsed = parse(config, environ={})
+    object.__setattr__(parsed, "source", str(path))
+    app = create_app(parsed, start_background=False)
+    state = app_state(app)
+    assert isinstance(state.hooks.hooks[0], Costing)
+    seen = Seen()
+    hooks = HookSet([state.hooks.hooks[0], seen])  # any hook after it reads the cost already set
+    hooks.finish(record("house-1", Usage(input_tokens=1000, output_tokens=100)), 200, "ok")
+    config["pricing"] = {"models": {"house-*": {"input": 1, "output": 1}}}
+    path.write_text(yaml.safe_dump(config))
+    assert state.reloader.reload()
+    assert app_state(app).prices is not state.prices
+    hooks.finish(record("house-1", Usage(input_tokens=1000, output_tokens=100)), 200, "ok")
+    assert seen.costs == [2800, 1100]
