@@ -1,4 +1,4 @@
-"""The `llm-proxy` command: `serve`, `demo`, `check-config`, `config-schema` and
+"""The `llm-proxy` command: `serve`, `demo`, `check-config`, `prices`, `config-schema` and
 `state migrate | check | export | import`.
 
 Owns the command line: validating the config before anything starts (an invalid config exits
@@ -54,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     check = sub.add_parser("check-config", help="validate a config file and exit")
     check.add_argument("config", help="YAML config file")
 
+    prices = sub.add_parser("prices", help="per served model, the price in force and where it came from")
+    prices.add_argument("--config", required=True, help="YAML config file")
+
     sub.add_parser("config-schema", help="print the config file's JSON Schema (for editors that validate YAML)")
 
     state = sub.add_parser("state", help="the state file's schema; moving state between SQLite and Redis")
@@ -68,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "check-config":
         return _check(args.config)
+    if args.command == "prices":
+        return _prices(args.config)
     if args.command == "config-schema":
         sys.stdout.write(reference.schema_text())
         return 0
@@ -141,6 +146,18 @@ def _check(path: str) -> int:
     print(f"{path}: OK ({len(config.upstreams)} upstream(s), {accounts} account(s))")
     for note in config.deprecated:
         print(f"llm-proxy: config warning: {note}", file=sys.stderr)
+    return 0
+
+
+def _prices(path: str) -> int:
+    try:
+        config = load_checked(path)
+    except ConfigError as exc:
+        print(f"llm-proxy: config error: {exc}", file=sys.stderr)
+        return 2
+    from proxy.serving.price_list import listing  # genai-prices and the stores: not for the master's imports
+
+    print(listing(config))
     return 0
 
 

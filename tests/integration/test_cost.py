@@ -153,7 +153,7 @@ ANSWERS = {"chat_completions": chat_answer, "messages": messages_answer, "respon
 def expected_micros(model: str, f: dict[str, int]) -> int | None:
     """The request's cost from the price table, independently of proxy/money: genai-prices' own
     calc_price for its models, the config's prices written out for the others."""
-    upstream, provider = ROUTES[model]
+    _, provider = ROUTES[model]
     prices = {"house-model": HOUSE, "gpt-4o-mini": OVERRIDE}.get(model)
     if prices is not None:
         p = {k: Decimal(v) for k, v in prices.items()}

@@ -16,9 +16,9 @@ import signal
 import time
 import uuid
 from collections import Counter
-from decimal import Decimal
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 

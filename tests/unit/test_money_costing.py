@@ -89,3 +89,42 @@ def test_costing_is_the_first_hook_and_a_reload_swaps_the_prices(tmp_path: Path)
     assert app_state(app).prices is not state.prices
     hooks.finish(record("house-1", Usage(input_tokens=1000, output_tokens=100)), 200, "ok")
     assert seen.costs == [2800, 1100]
+
+
+# ------------------------------------------------------------ llm-proxy prices, the startup summary
+
+
+def listed_config() -> Any:
+    upstreams = [
+        {"name": "oai", "protocol": "chat_completions", "base_url": "https://api.openai.com/v1",
+         "models": {"serve": ["gpt-4o", "gpt-5*"], "aliases": {"fast": "gpt-4o-mini"}},
+         "accounts": [{"id": "a", "api_key": "sk-1"}]},
+        {"name": "ant", "protocol": "messages", "base_url": "http://127.0.0.1:9/v1", "provider": "anthropic",
+         "models": {"serve": ["claude-opus-4-1"]}, "pricing": {"models": {"claude-opus-4-1": {"input": 10}}},
+         "accounts": [{"id": "a", "api_key": "sk-1"}]},
+        {"name": "house", "protocol": "chat_completions", "base_url": "http://10.0.0.5/v1",
+         "models": {"serve": ["house-model", "mystery-model"]}, "accounts": [{"id": "a", "api_key": "sk-1"}]}]
+    return parse(doc(upstreams=upstreams, pricing=PRICES, state_path=None), environ={})
+
+
+def test_prices_lists_each_served_model_with_its_price_and_source() -> None:
+    from proxy.money.prices import table_version
+    from proxy.serving.price_list import listing
+
+    text = listing(listed_config())
+    rows = {tuple(line.split()[:2]): line for line in text.splitlines()[7:]}
+    assert set(rows) == {("oai", "gpt-4o"), ("oai", "gpt-4o-mini"), ("ant", "claude-opus-4-1"),
+                         ("house", "house-model"), ("house", "mystery-model")}  # literal names, aliases; no globs
+    assert rows[("oai", "gpt-4o")].split()[2:] == ["2.5", "1.25", "2.5", "2.5", "10", *table_version().split()]
+    assert rows[("ant", "claude-opus-4-1")].split()[2] == "10"  # the config's input, genai-prices' other classes
+    assert rows[("ant", "claude-opus-4-1")].endswith(f"config + {table_version()}")
+    assert rows[("house", "house-model")].split()[2:] == ["2", "0.5", "2", "2", "8", "config"]
+    assert "unknown" in rows[("house", "mystery-model")]
+    assert "  oai: openai (guessed from base_url)" in text and "  house: none: config prices only" in text
+
+
+def test_the_startup_summary_names_each_upstreams_provider() -> None:
+    from proxy.serving.summary import providers
+
+    assert providers(listed_config()) == ("oai: openai (guessed from base_url); ant: anthropic; house: none: config "
+                                          "prices only (llm-proxy prices --config FILE lists them)")
