@@ -229,6 +229,12 @@ def demo_config(upstream_url: str, state_path: str, upstream_protocol: str,
     return admin + textwrap.dedent(f"""\
         client_keys: [{DEMO_CLIENT_KEY}]
         state_path: {state_path}
+        # Demo prices (USD per million tokens), so /admin/usage and the status page show spend: the
+        # simulated upstream is on loopback, so no provider's price list applies to it.
+        pricing:
+          models:
+            demo-reasoner: {{input: 2, cached_input: 0.2, cache_write: 2.5, output: 8}}
+            "*": {{input: 1, cached_input: 0.1, cache_write: 1.25, cache_write_1h: 2, output: 4}}
         upstreams:
           - name: demo
             protocol: {upstream_protocol}
