@@ -53,9 +53,9 @@ CONFIG = {"client_keys": ["sk-bench"], "state_path": None,
           "upstreams": [{"name": "main", "protocol": "messages", "base_url": "http://127.0.0.1:9/v1",
                          "provider": "anthropic", "accounts": [{"id": "a", "api_key": "sk-up"}]}]}
 # The usage statement as it was before costing: nine dimensions, seven counters.
-OLD_COLUMNS = ("minute, client_key, client_protocol, model, upstream_model, upstream, account, stream, outcome, status, "
-               "requests, errors, input_tokens, output_tokens, cached_tokens, cache_write_tokens, reasoning_tokens, "
-               "first_byte_ms_sum, first_byte_count, duration_ms_sum")
+OLD_COLUMNS = ("minute, client_key, client_protocol, model, upstream_model, upstream, account, stream, outcome, "
+               "status, requests, errors, input_tokens, output_tokens, cached_tokens, cache_write_tokens, "
+               "reasoning_tokens, first_byte_ms_sum, first_byte_count, duration_ms_sum")
 OLD_COUNTERS = OLD_COLUMNS.split(", ")[10:]
 OLD_ADD = (f"INSERT INTO usage_minutes ({OLD_COLUMNS}) VALUES ({', '.join('?' * 20)}) "
            "ON CONFLICT (minute, client_key, client_protocol, model, upstream_model, upstream, account, stream, "

@@ -16,8 +16,8 @@ import os
 import shutil
 import uuid
 from collections.abc import Iterator
-from decimal import ROUND_HALF_UP, Decimal
 from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
