@@ -8,6 +8,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from proxy.blueprints.state import app_state
@@ -71,7 +72,13 @@ class Seen(Hooks):
         self.costs.append(record.cost_micros)
 
 
-def test_costing_is_the_first_hook_and_a_reload_swaps_the_prices(tmp_path: Path) -> None:
+def test_costing_is_the_first_hook_and_a_reload_swaps_the_prices(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from proxy.serving import config_snapshots, instance
+
+    # An app no master of ours runs: the reload reads the file (whatever an earlier test left set).
+    monkeypatch.setattr(instance, "current", lambda: None)
+    monkeypatch.setattr(config_snapshots, "latest", lambda: None)
     path = tmp_path / "config.yaml"
     config = doc(pricing=PRICES, state_path=migrated(tmp_path / "state.db"))
     path.write_text(yaml.safe_dump(config))
