@@ -23,6 +23,7 @@ from proxy.config.compaction import parse_compaction
 from proxy.config.keys import parse_client_keys
 from proxy.config.model import (
     MAX_TOKENS_FIELDS,
+    PROMPT_CACHE_MODES,
     REASONING_CONTROLS,
     REASONING_PASSBACK,
     Account,
@@ -187,7 +188,7 @@ def _upstream(raw: Any, path: str, default_timeouts: Timeouts, proxies: tuple[st
         up,
         path,
         {"name", "protocol", "base_url", "accounts", "models", "headers", "timeouts", "stream_usage", "reasoning",
-         "max_output_tokens", "max_tokens_field", "pool", "unsupported", "provider", "pricing"},
+         "max_output_tokens", "max_tokens_field", "pool", "unsupported", "prompt_cache", "provider", "pricing"},
     )
     name = str_(required(up, "name", path), f"{path}.name")
     # Which names are protocols is the protocol registry's to say (proxy.protocols.registry.resolve).
@@ -220,10 +221,20 @@ def _upstream(raw: Any, path: str, default_timeouts: Timeouts, proxies: tuple[st
                                 MAX_TOKENS_FIELDS),
         pool=parse_pool(up.get("pool", {}), f"{path}.pool"),
         unsupported=unsupported_fields.parse(up.get("unsupported"), f"{path}.unsupported"),
+        prompt_cache=_prompt_cache(up.get("prompt_cache", "auto"), f"{path}.prompt_cache"),
         proxies=proxies,
         provider=None if up.get("provider") is None else str_(up["provider"], f"{path}.provider").lower(),
         pricing=parse_pricing(up.get("pricing"), f"{path}.pricing"),
     )
+
+
+def _prompt_cache(value: Any, path: str) -> str:
+    """auto | breakpoints | off — a bare `off`, which YAML reads as false, included."""
+    if value is False:
+        return "off"
+    if isinstance(value, bool):
+        raise ConfigError(path, f"must be one of {', '.join(PROMPT_CACHE_MODES)} (got true)")
+    return choice(value, path, PROMPT_CACHE_MODES)
 
 
 def parse_account(raw: Any, path: str) -> Account:

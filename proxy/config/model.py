@@ -91,6 +91,7 @@ class ReasoningOptions:
 REASONING_CONTROLS = ("none", "reasoning_effort", "deepseek", "qwen", "openrouter")
 REASONING_PASSBACK = {"auto": "auto", True: "always", False: "never"}  # config value → mode
 MAX_TOKENS_FIELDS = ("max_tokens", "max_completion_tokens")
+PROMPT_CACHE_MODES = ("auto", "breakpoints", "off")
 @dataclass(frozen=True)
 class Upstream:
     name: str
@@ -106,6 +107,9 @@ class Upstream:
     max_tokens_field: str = "max_tokens"  # OpenAI reasoning models need max_completion_tokens
     pool: PoolConfig = field(default_factory=PoolConfig)
     unsupported: tuple[str, ...] = ()  # request fields removed from every request to it
+    # Prompt caching the proxy asks an Anthropic upstream for when the client asked for none
+    # (proxy/protocols/messages/prompt_cache.py): auto | breakpoints | off.
+    prompt_cache: str = "auto"
     # The top-level `proxies`: the outbound proxies of accounts that name none of their own.
     proxies: tuple[str, ...] = field(default=(), repr=False)
     # Which price list its model names are looked up in (genai-prices' provider id); None: guessed

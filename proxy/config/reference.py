@@ -105,7 +105,8 @@ def _schema_kind(s: Schema) -> str:
             return f"{kinds[0]}, or a list"
         return " or ".join(dict.fromkeys(kinds))
     if "enum" in s:
-        return " \\| ".join(f"`{v}`" for v in s["enum"])
+        # A non-string value as YAML writes it (`off` is read as false).
+        return " \\| ".join(f"`{v if isinstance(v, str) else json.dumps(v)}`" for v in s["enum"])
     kind = s.get("type")
     if kind == "object":
         return "mapping"

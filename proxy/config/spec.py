@@ -11,7 +11,7 @@ Import-light: stdlib only, like `proxy.config`.
 from __future__ import annotations
 
 from proxy.config.limits import LIMIT_NAMES
-from proxy.config.model import MAX_TOKENS_FIELDS, REASONING_CONTROLS
+from proxy.config.model import MAX_TOKENS_FIELDS, PROMPT_CACHE_MODES, REASONING_CONTROLS
 from proxy.config.money_spec import BUDGET, MONEY_TOP_LEVEL, PRICING, PROVIDER
 from proxy.config.observability import LOG_FORMATS
 from proxy.config.pool import ACTIONS, POLICIES
@@ -216,6 +216,15 @@ UPSTREAM = Section((
        "alike; `cache_control` also wherever Anthropic puts it. Other names are removed at the top level only. "
        f"{', '.join(f'`{n}`' for n in UNREMOVABLE)} cannot be listed. The first request that carried a listed field "
        "logs one `info` line naming the upstream and the field (once per field, upstream and worker)."),
+    _k("prompt_cache", {"anyOf": [{"enum": [*PROMPT_CACHE_MODES, False]}, ENV]},
+       "Prompt caching the proxy asks a `messages` (Anthropic) upstream for when the client's request carries no "
+       "`cache_control` anywhere: `auto` sets Anthropic's automatic caching (the top-level `cache_control`), "
+       "`breakpoints` marks the last system block and the last block of the final message (for "
+       "Anthropic-compatible servers that do not know the top-level field), `off` adds nothing. A request with "
+       "`cache_control` of its own is never touched, and nothing is added where `unsupported` lists "
+       "`cache_control`. Other protocols' upstreams ignore it. See "
+       "[Configuration](configuration.md#prompt-caching).", "auto",
+       applies=("upstreams.0.prompt_cache", "auto")),
     PROVIDER,
     _k("pricing", PRICING, "This upstream's own prices, over the top-level `pricing`."),
 ))

@@ -17,6 +17,7 @@ from typing import Any
 
 from proxy.config import ReasoningOptions, Upstream
 from proxy.demo import messages_face, responses_face
+from proxy.demo.prompt_cache import PromptCache
 from proxy.ir.request import Request
 from proxy.ir.response import ErrorInfo
 from proxy.ir.tokens import estimate_input_tokens
@@ -43,6 +44,9 @@ class Face:
     def decode(self, body: dict[str, Any]) -> Request:
         raise NotImplementedError
 
+    def use_cache(self, cache: PromptCache, key: str) -> None:
+        """Read and write the account's prompt cache as this protocol's upstream would (none: no cache)."""
+
     def chat_body(self) -> dict[str, Any]:
         """The request as the Chat body the scenarios read."""
         return chat_request.encode(self.ir, self.model, _AS_CHAT)
@@ -61,15 +65,21 @@ class Face:
 
 
 class MessagesFace(Face):
+    cache = (0, 0)  # prompt-cache tokens (read, write), once `use_cache` has looked
+
     def decode(self, body: dict[str, Any]) -> Request:
         messages_request.validate(body)
         return messages_request.decode(body)
 
+    def use_cache(self, cache: PromptCache, key: str) -> None:
+        """Anthropic caches what `cache_control` marks, top level or on blocks (proxy/demo/prompt_cache.py)."""
+        self.cache = cache.anthropic(key, self.body, estimate_input_tokens(self.ir))
+
     def whole(self, completion: dict[str, Any]) -> dict[str, Any]:
-        return messages_face.anthropic_message(completion, self.model, estimate_input_tokens(self.ir))
+        return messages_face.anthropic_message(completion, self.model, estimate_input_tokens(self.ir), self.cache)
 
     def stream(self, write: Any) -> Any:
-        return messages_face.AnthropicStream(write, self.model, estimate_input_tokens(self.ir))
+        return messages_face.AnthropicStream(write, self.model, estimate_input_tokens(self.ir), self.cache)
 
     @staticmethod
     def error_body(info: ErrorInfo) -> dict[str, Any]:

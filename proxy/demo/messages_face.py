@@ -7,7 +7,8 @@ an encoder cannot cancel out against the same bug in the upstream the tests run 
 gateways, it keeps interleaved what the Chat chunks interleave — parallel tool calls whose argument
 fragments alternate become tool_use blocks with alternating `index` — and writes Chat `annotations`
 as `citations_delta` / `citations` (web_search_result_location). Thinking blocks end with the demo's
-own signature (proxy.demo.tokens).
+own signature (proxy.demo.tokens). Usage reports what the prompt cache read and wrote (given by the
+demo's `PromptCache`) apart from `input_tokens`, as Anthropic does.
 Pure: must not import Flask, requests or gevent.
 """
 
@@ -37,8 +38,8 @@ def stop_reason(choice: dict[str, Any]) -> tuple[str, str | None]:
 class AnthropicStream:
     """Chat chunks in; Anthropic events out, blocks keyed by `index` as the chunks open them."""
 
-    def __init__(self, write: Write, model: str, input_tokens: int) -> None:
-        self._write, self._model, self._input = write, model, input_tokens
+    def __init__(self, write: Write, model: str, input_tokens: int, cache: tuple[int, int] = (0, 0)) -> None:
+        self._write, self._model, self._input, self._cache = write, model, input_tokens, cache
         self._started = self._stopped = False
         self._blocks: dict[str, int] = {}  # "thinking" | "text" | "tool:N" → open block index
         self._texts: dict[str, list[str]] = {}
@@ -55,8 +56,7 @@ class AnthropicStream:
             return
         if not self._started:
             self._started = True
-            usage = {"input_tokens": self._input, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
-                     "output_tokens": 1}
+            usage = {**prompt_usage(self._input, self._cache), "output_tokens": 1}
             self._event("message_start", message={
                 "id": "msg_demo" + uuid.uuid4().hex[:16], "type": "message", "role": "assistant", "model": self._model,
                 "content": [], "stop_reason": None, "stop_sequence": None, "usage": usage})
@@ -131,8 +131,8 @@ class AnthropicStream:
 
     def _end(self, usage: dict[str, Any]) -> None:
         self._event("message_delta", delta={"stop_reason": self._reason, "stop_sequence": self._stop_sequence},
-                    usage={"input_tokens": self._input, "cache_creation_input_tokens": 0,
-                           "cache_read_input_tokens": 0, "output_tokens": usage.get("completion_tokens", 0)})
+                    usage={**prompt_usage(self._input, self._cache),
+                           "output_tokens": usage.get("completion_tokens", 0)})
         self._event("message_stop")
         self._stopped = True
 
@@ -140,7 +140,16 @@ class AnthropicStream:
         self._write(frame(kind, {"type": kind, **fields}))
 
 
-def anthropic_message(completion: dict[str, Any], model: str, input_tokens: int) -> dict[str, Any]:
+def prompt_usage(input_tokens: int, cache: tuple[int, int]) -> dict[str, int]:
+    """The prompt's part of Anthropic's usage: `input_tokens` leaves out what was read from and
+    written to the prompt cache (`cache`: read, write)."""
+    read, write = cache
+    return {"input_tokens": input_tokens - read - write, "cache_creation_input_tokens": write,
+            "cache_read_input_tokens": read}
+
+
+def anthropic_message(completion: dict[str, Any], model: str, input_tokens: int,
+                      cache: tuple[int, int] = (0, 0)) -> dict[str, Any]:
     """A whole Chat completion as an Anthropic Message."""
     choice = (completion.get("choices") or [{}])[0]
     message = choice.get("message") or {}
@@ -164,5 +173,4 @@ def anthropic_message(completion: dict[str, Any], model: str, input_tokens: int)
     reason, sequence = stop_reason(choice)
     return {"id": "msg_demo" + uuid.uuid4().hex[:16], "type": "message", "role": "assistant", "model": model,
             "content": content, "stop_reason": reason, "stop_sequence": sequence,
-            "usage": {"input_tokens": input_tokens, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
-                      "output_tokens": usage.get("completion_tokens", 0)}}
+            "usage": {**prompt_usage(input_tokens, cache), "output_tokens": usage.get("completion_tokens", 0)}}

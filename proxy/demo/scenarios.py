@@ -37,7 +37,8 @@ and, once the last message is the tool's result, answers in text. Directives in 
   hold              after the first chunk, wait until POST /_demo/release?request_id=… (tests)
   endless           keep streaming until the client goes away (tests)
   cache             model a prompt cache per account: the leading messages the account (API key)
-                    has seen before are reported as `cached_tokens` (proxy/demo/prompt_cache.py)
+                    has seen before are reported as `cached_tokens` (proxy/demo/prompt_cache.py);
+                    the Messages face needs no directive: it caches what `cache_control` marks
   hang / hang=S     accept the request and send nothing, not even a status line, until the client
                     goes away — or for S seconds, then answer: an upstream stuck before its headers
                     (`timeouts.first_byte`, `timeouts.first_byte_total`)

@@ -76,7 +76,7 @@ class DemoUpstream:
         self.scripts: dict[str, list[dict[str, Any]]] = {}
         self.writers: dict[str, Writer] = {}  # the scripted stream of each request id, for its progress
         self.first_keys: dict[str, str] = {}  # request id → the account key it was first tried with
-        self.prompt_cache = PromptCache()  # per account, for requests with [demo:cache]
+        self.prompt_cache = PromptCache()  # per account: Chat requests with [demo:cache], Messages' cache_control
 
     def _first_try(self, rid: str, key: str | None) -> bool:
         """Whether this is the first account a request is tried on: a retry on the next account
@@ -198,6 +198,8 @@ class DemoUpstream:
         if plan.error is not None:
             info = ErrorInfo(kind_for_status(plan.status), plan.error["error"]["message"], plan.status)
             return w.response(plan.status, _json(face.error_body(info)), headers=plan.headers)
+        if record["key"]:
+            face.use_cache(self.prompt_cache, record["key"])
         if not body.get("stream"):
             return w.response(200, _json(face.whole(plan.body or {})))
         w.start_stream()

@@ -16,8 +16,9 @@ and is written with the next batch, or by the writer's retry on the keeper's tic
 `StoreHealth` lets a call through again. A batch whose answer was lost may have been applied: it is
 sent again with the same sequence number, which the script skips if it has seen it — so a
 connection cut mid-write neither loses nor doubles a request's usage. With `state.sentinel` a batch
-is done only once a replica acknowledged it (`WAIT`, bounded by `REPLICA_WAIT_MS`), so a primary
-killed before replicating does not take counted figures with it. A query while Redis is away
+is kept until a replica acknowledged it (`WAIT`, bounded by `REPLICA_WAIT_MS`, or a later batch's
+wait) and sent again after a failover, so a primary killed before replicating does not take counted
+figures with it. A query while Redis is away
 answers 503 saying so. Imports neither Flask nor gevent: calls are cooperative under gevent
 (`cooperative`), run on the caller's greenlet (the usage writer's: one batch at a time).
 """
@@ -52,6 +53,7 @@ from proxy.state.redis_connection import connect, key, unreachable_errors
 log = logging.getLogger("proxy.usage")
 
 REPLICA_WAIT_MS = 500  # with state.sentinel: how long a batch waits for a replica to have it
+MAX_UNCONFIRMED = 1000  # batches kept for sending again while no replica acknowledges (no replica up)
 APPLIED_TTL = 7 * 86400  # seconds a writer's last sequence number is kept after its last batch
 # One script per batch: atomic like a transaction, and one command to send and one reply to read
 # (a MULTI of a dozen HINCRBYs a row costs the worker several times the CPU).
@@ -91,6 +93,11 @@ class RedisUsageStore:
         self._add = self.client.register_script(_ADD)
         self.buffer = UsageBuffer()
         self.writer = uuid.uuid4().hex  # this store instance's batches are numbered under this name
+        # With state.sentinel: batches written whose replication no replica has acknowledged yet,
+        # oldest first, and whether a failed connection means they must be sent again.
+        self._unconfirmed: list[Batch] = []
+        self._resend = False
+        self._warned_unconfirmed = False
 
     @property
     def overflow(self) -> int:
@@ -103,14 +110,23 @@ class RedisUsageStore:
 
     def add(self, usage: Sequence[UsageRow], recent: Sequence[RecentEntry], purge_before: int | None = None) -> None:
         self.buffer.put(usage, recent, purge_before)
-        while self.buffer.pending() and self.health.may_try():
-            batch = self.buffer.take()
-            assert batch is not None
+        while (self._resend or self.buffer.pending()) and self.health.may_try():
             try:
-                self._write(batch)
+                if self._resend:  # the primary may have changed: what it never passed on goes again
+                    for held in self._unconfirmed:
+                        self._send(held)
+                    self._resend = False
+                batch = self.buffer.take()
+                if batch is None:
+                    break
+                try:
+                    self._write(batch)
+                except self._errors:
+                    # Sent, perhaps applied, answer lost: the same number again next time.
+                    self.buffer.put_back(batch, in_doubt=True)
+                    raise
             except self._errors as exc:
-                # Sent, perhaps applied, answer lost: the same number again next time.
-                self.buffer.put_back(batch, in_doubt=True)
+                self._resend = bool(self._unconfirmed)
                 self.health.failed(exc)
                 return
             self.health.ok()
@@ -119,6 +135,29 @@ class RedisUsageStore:
         return len(self.buffer)
 
     def _write(self, batch: Batch) -> None:
+        self._send(batch)
+        if self.state.sentinel is None:
+            return
+        # Done only once a replica has it too: a primary that dies before passing a batch on
+        # would otherwise take acknowledged figures with it (replication is asynchronous). If it
+        # dies during the wait, the connection error sends the batch back, and the promoted
+        # replica, which never saw its number, applies it. A replica slower than the wait does
+        # not hold usage back — the batch is on the primary, and counted — but the batch is kept
+        # until a later wait succeeds (replication is in order: a later batch acknowledged means
+        # every earlier one is too), and sent again, before anything newer, if the connection
+        # fails meanwhile (the script skips a number the new primary has already seen).
+        if int(self.client.execute_command("WAIT", 1, REPLICA_WAIT_MS)) >= 1:
+            self._unconfirmed.clear()
+            return
+        self._unconfirmed.append(batch)
+        if len(self._unconfirmed) > MAX_UNCONFIRMED:
+            del self._unconfirmed[0]
+            if not self._warned_unconfirmed:
+                self._warned_unconfirmed = True
+                log.warning("usage: no Redis replica acknowledges writes (WAIT 1 timed out %d times in a row); "
+                            "figures written since are on the primary only until one does", MAX_UNCONFIRMED)
+
+    def _send(self, batch: Batch) -> None:
         payload: dict[str, Any] = {"rows": [], "recent": [json.dumps(asdict(e)) for e in batch.recent]}
         if batch.purge_before is not None:
             payload["purge"] = str(batch.purge_before)
@@ -127,13 +166,6 @@ class RedisUsageStore:
             payload["rows"].append([str(row.minute), {f"{dims}|{name}": str(getattr(row, name))
                                                       for name in (*COUNTERS, *TIMINGS) if getattr(row, name)}])
         self._add(args=[self.state.prefix, json.dumps(payload), RECENT_CAP, self.writer, batch.seq, APPLIED_TTL])
-        if self.state.sentinel is not None:
-            # Done only once a replica has it too: a primary that dies before passing a batch on
-            # would otherwise take acknowledged figures with it (replication is asynchronous). If it
-            # dies during the wait, the connection error sends the batch back, and the promoted
-            # replica, which never saw its number, applies it. A replica slower than the timeout
-            # does not hold usage back: the batch is on the primary, and counted.
-            self.client.execute_command("WAIT", 1, REPLICA_WAIT_MS)
 
     def query(self, query: UsageQuery) -> UsageAnswer:
         minutes_key = key(self.state, "usage-minutes")

@@ -17,6 +17,7 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -111,6 +112,58 @@ def test_codex_runs_a_dependent_tool_chain_on_a_strict_reasoning_upstream(
     assert result.returncode == 0, result.stdout + result.stderr
     assert CHAIN_ANSWER in result.stdout
     assert_each_turns_reasoning_went_back(demo_upstream, marker)
+
+
+@pytest.fixture(scope="module")
+def caching_proxy(demo_upstream: DemoUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyServer]:
+    """Two Anthropic upstreams on the demo, chosen by the model: `claude-auto-*` with the default
+    `prompt_cache: auto`, `claude-off-*` with `off` (whose requests are Claude Code's as it sent them)."""
+    config = base_config(demo_upstream.url)
+    config["upstreams"] = [
+        {"name": mode, "protocol": "messages", "base_url": demo_upstream.url, "models": {"serve": [f"claude-{mode}-*"]},
+         "accounts": [{"id": f"{mode}-0", "api_key": f"sk-ant-cc-{mode}-1"}], **settings}
+        for mode, settings in (("auto", {}), ("off", {"prompt_cache": "off"}))]
+    server = start_proxy(config, tmp_path_factory.mktemp("clients-caching"))
+    yield server
+    stop_proxy(server)
+
+
+def cache_markers(body: dict[str, Any]) -> list[tuple[str, Any]]:
+    """Every `cache_control` of a Messages body, where it sits and what it says."""
+    found: list[tuple[str, Any]] = [("top", body["cache_control"])] if "cache_control" in body else []
+    system = body.get("system")
+    found += [(f"system[{i}]", b["cache_control"]) for i, b in enumerate(system if isinstance(system, list) else [])
+              if "cache_control" in b]
+    for m, message in enumerate(body["messages"]):
+        content = message["content"] if isinstance(message["content"], list) else []
+        found += [(f"messages[{m}][{i}]", b["cache_control"]) for i, b in enumerate(content) if "cache_control" in b]
+    return found + [(f"tools[{i}]", t["cache_control"]) for i, t in enumerate(body.get("tools", []))
+                    if "cache_control" in t]
+
+
+def test_claude_codes_own_cache_breakpoints_reach_the_upstream_untouched(
+        caching_proxy: ProxyServer, demo_upstream: DemoUpstream, tmp_path: Path) -> None:
+    """Claude Code marks its own breakpoints (system blocks, the last message): through the default
+    `prompt_cache: auto` they arrive exactly where and as Claude Code put them — as through `off`,
+    which adds nothing by definition — and no top-level automatic `cache_control` is added. The
+    demo caches them per account, so the tool round trip's second turn reads the prompt back."""
+    seen: dict[str, list[dict[str, Any]]] = {}
+    for mode in ("off", "auto"):
+        marker = f"cache-{uuid.uuid4().hex[:12]}"
+        home = tmp_path / mode
+        home.mkdir()
+        result = claude(caching_proxy, home, "--model", f"claude-{mode}-test", "--output-format", "json",
+                        "-p", f"Run ls in the current directory ({marker})", "--allowedTools", "Bash")
+        assert result.returncode == 0, result.stdout + result.stderr
+        usage = json.loads(result.stdout)["usage"]
+        seen[mode] = [r["body"] for r in demo_upstream.requests("")
+                      if r["path"] == "/v1/messages" and marker in json.dumps(r["body"])]
+        assert len(seen[mode]) >= 2, seen[mode]  # the prompt, then the tool's result
+        if mode == "auto":
+            assert usage["cache_read_input_tokens"] > 0 and usage["cache_creation_input_tokens"] > 0, usage
+    for off, auto in zip(seen["off"], seen["auto"], strict=True):
+        assert "cache_control" not in auto  # no automatic caching on top of Claude Code's own
+        assert cache_markers(auto) == cache_markers(off) and 1 <= len(cache_markers(auto)) <= 4
 
 
 def codex(proxy: ProxyServer, home: Path, prompt: str) -> subprocess.CompletedProcess[str]:

@@ -255,7 +255,9 @@ def test_mid_conversation_system_messages_pass_through(ant_proxy: ProxyServer, d
     assert resp.json()["content"] == [{"type": "text", "text": words(2)}]
     resp.close()
     record = seen(demo_upstream, request_id)
-    assert record["body"] == sent and record["headers"]["anthropic-beta"] == beta
+    # As sent, plus the automatic prompt caching the proxy asks for when the client set none.
+    assert record["body"] == {**sent, "cache_control": {"type": "ephemeral"}}
+    assert record["headers"]["anthropic-beta"] == beta
 
 
 def test_signatures_the_proxy_made_never_reach_anthropic(ant_proxy: ProxyServer, demo_upstream: DemoUpstream) -> None:

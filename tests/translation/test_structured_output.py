@@ -97,7 +97,9 @@ def test_json_asked_of_a_messages_upstream_travels_in_a_form_it_has() -> None:
     """The rules the goldens above show, said once more as assertions."""
     for case in ("messages_output_format_beta", "messages_output_config_format"):  # passed through as sent
         client, body = CASES[case]
-        assert upstream_body(client, body, "messages") == {**body, "model": "upstream-model"}
+        # (plus the automatic prompt caching the upstream's default `prompt_cache: auto` asks for)
+        assert upstream_body(client, body, "messages") == {**body, "model": "upstream-model",
+                                                           "cache_control": {"type": "ephemeral"}}
     for case in ("chat_json_schema_strict", "responses_text_format_json_schema"):
         client, body = CASES[case]
         sent = upstream_body(client, body, "messages")

@@ -9,10 +9,10 @@ import dataclasses
 import json
 from typing import Any
 
-from proxy.config.state import StateConfig
+from proxy.config.state import SentinelConfig, StateConfig
 from proxy.conversations.redis_store import SharedResponseStore
 from proxy.conversations.store import Origin
-from proxy.ops.redis_usage_store import RedisUsageStore
+from proxy.ops.redis_usage_store import _ADD, RedisUsageStore
 from proxy.ops.usage_store import RecentEntry, UsageQuery, UsageRow
 from proxy.pool.redis_slots import RedisSlots
 from proxy.pool.redis_store import RedisStore
@@ -215,3 +215,30 @@ def test_a_redis_config_without_the_redis_package_is_a_config_error(monkeypatch:
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "redis" else real(name, *a))
     with pytest.raises(ConfigError, match=r"state.backend: redis needs the redis package: pip install"):
         checked(str(path))
+
+
+def test_usage_no_replica_acknowledged_is_sent_again_to_the_primary_that_replaces_it(
+        fresh_redis: RedisServer, redis_url: str) -> None:
+    """With Sentinel, a batch whose `WAIT 1` timed out (a replica lagging) is counted on the primary but
+    kept; if the primary then dies, it goes again, before anything newer, to the one promoted — which
+    never saw it — so the failover loses nothing. Here the old primary has no replica at all (every
+    wait times out) and the promoted one is another server."""
+    import redis
+
+    sentinel = StateConfig(backend="redis", url=fresh_redis.url,
+                           sentinel=SentinelConfig(hosts=(("127.0.0.1", 1),), service_name="main"))
+    usage = RedisUsageStore(sentinel, StoreHealth("redis"), client=redis.Redis.from_url(fresh_redis.url))
+    usage.add([row(60, "a")], [entry("r1")])
+    assert usage.query(UsageQuery(0, 180)).totals["requests"] == 1  # counted on the old primary meanwhile
+    fresh_redis.kill()
+    usage.add([row(60, "a", requests=2)], [entry("r2")])  # the connection fails: kept, to send again
+    assert not usage.health.up
+    promoted = redis.Redis.from_url(redis_url)  # the replica Sentinel promotes: it never got the batch
+    usage.client, usage._add = promoted, promoted.register_script(_ADD)
+    usage.health._next_try = 0.0  # the backoff would let the next call through within seconds; now, for the test
+    usage.add([], [])  # the keeper's tick
+    answer = usage.query(UsageQuery(0, 180))
+    assert answer.totals["requests"] == 3
+    assert [e.request_id for e in usage.recent(10)] == ["r2", "r1"]
+    usage.add([], [], purge_before=0)  # a batch sent again is applied once: a further write changes nothing
+    assert usage.query(UsageQuery(0, 180)).totals["requests"] == 3

@@ -10,11 +10,12 @@ from typing import Any
 from proxy.config import Upstream
 from proxy.errors import embedded_error
 from proxy.ir.drop_reasoning import without_reasoning
+from proxy.ir.request import Request
 from proxy.ir.response import ErrorInfo, Response
 from proxy.ir.tokens import estimate_input_tokens
 from proxy.protocols.codec import Answer, ClientSide, Endpoint, Passthrough, Protocol, UpstreamSide
 from proxy.protocols.exchange import Exchange
-from proxy.protocols.messages import request, response, upstream_request, upstream_response
+from proxy.protocols.messages import prompt_cache, request, response, upstream_request, upstream_response
 from proxy.protocols.messages.errors import error_body, relayed_error_body
 from proxy.protocols.messages.passthrough import (
     MessagesPassthroughStream,
@@ -47,10 +48,15 @@ def _encode_response(resp: Response, ex: Exchange) -> Answer:
 
 def _prepare(ex: Exchange, body: dict[str, Any], model: str, upstream: Upstream) -> dict[str, Any]:
     # Everything the client sent goes up as it was (cache_control, thinking, betas in the headers);
-    # only the model is mapped, thinking blocks the proxy signed itself are left out, and tool
-    # calls and results that lost their other half are repaired (Anthropic rejects them).
+    # only the model is mapped, thinking blocks the proxy signed itself are left out, tool calls and
+    # results that lost their other half are repaired (Anthropic rejects them), and a request that
+    # asks for no prompt caching gets the upstream's `prompt_cache` (prompt_cache.py).
     messages = repair_tool_pairs(without_foreign_thinking(body["messages"]))
-    return {**body, "model": model, "messages": messages}
+    return prompt_cache.for_upstream({**body, "model": model, "messages": messages}, upstream)
+
+
+def _encode_request(ir: Request, model: str, upstream: Upstream) -> dict[str, Any]:
+    return prompt_cache.for_upstream(upstream_request.encode(ir, model, upstream), upstream)
 
 
 # The API version the proxy speaks to Anthropic upstreams; a Messages client's own goes instead.
@@ -80,15 +86,14 @@ CLIENT = ClientSide(
 UPSTREAM = UpstreamSide(
     path="/messages",
     auth_headers=lambda key: {"x-api-key": key},
-    encode_request=upstream_request.encode,
+    encode_request=_encode_request,
     decode_response=upstream_response.decode,
     stream_decoder=lambda req, up: MessagesStreamDecoder(),
     error_in_body=_error_in_body,
     required_headers={"anthropic-version": ANTHROPIC_VERSION},
     # Anthropic's prompt-caching hint sits on system blocks, content blocks (those in tool results
     # too) and tools; Anthropic-compatible servers that reject it reject it there.
-    nested_fields={"cache_control": (("system", "*"), ("messages", "*", "content", "*"),
-                                     ("messages", "*", "content", "*", "content", "*"), ("tools", "*"))},
+    nested_fields={prompt_cache.FIELD: prompt_cache.NESTED},
 )
 
 
