@@ -106,6 +106,7 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
     affinity = stores.affinity  # which account served each conversation last
     # states, counters and runtime accounts from before a restart
     parts = config_parts(config, keeper, client, hooks, affinity=affinity)
+    parts["prices"].warm()  # genai-prices' table, before the first request rather than during it
     if start_background:
         keeper.start()
     responses_store = stores.responses

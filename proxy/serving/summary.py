@@ -11,16 +11,15 @@ upstream with no `provider:` on a public address.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import subprocess
 import sys
 from collections.abc import Sequence
-from urllib.parse import urlsplit
 
 from proxy import __version__
 from proxy.config import Config
+from proxy.money.prices import private_address  # stdlib only at import: genai-prices loads on first use
 
 
 def _count(n: int, what: str) -> str:
@@ -67,30 +66,18 @@ def summary_fields(config: Config, listeners: Sequence[str], workers: int, contr
 def providers(config: Config) -> str:
     """Each upstream's provider — the price list its models are looked up in (proxy/money/prices.py):
     set in the config, guessed from its base_url, or none (config prices only)."""
-    guessed = _guess([u.base_url for u in config.upstreams if u.provider is None and not _private(u.base_url)])
+    guessed = _guess([u.base_url for u in config.upstreams if u.provider is None and not private_address(u.base_url)])
     shown = []
     for upstream in config.upstreams:
         if upstream.provider is not None:
             shown.append(f"{upstream.name}: {upstream.provider}")
         elif guessed.get(upstream.base_url):
             shown.append(f"{upstream.name}: {guessed[upstream.base_url]} (guessed from base_url)")
-        elif upstream.base_url in guessed or _private(upstream.base_url):
+        elif upstream.base_url in guessed or private_address(upstream.base_url):
             shown.append(f"{upstream.name}: none: config prices only")
         else:
             shown.append(f"{upstream.name}: guessed when first priced")
     return "; ".join(shown) + " (llm-proxy prices --config FILE lists them)"
-
-
-def _private(base_url: str) -> bool:
-    """A loopback, private or link-local address, or localhost: no provider's API, and no guess needed."""
-    host = urlsplit(base_url).hostname or ""
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return address.is_private or address.is_loopback or address.is_link_local
 
 
 def _guess(base_urls: list[str]) -> dict[str, str | None]:

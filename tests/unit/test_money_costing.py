@@ -135,3 +135,18 @@ def test_the_startup_summary_names_each_upstreams_provider() -> None:
 
     assert providers(listed_config()) == ("oai: openai (guessed from base_url); ant: anthropic; house: none: config "
                                           "prices only (llm-proxy prices --config FILE lists them)")
+
+
+def test_an_upstream_on_a_private_address_is_priced_without_loading_genai_prices() -> None:
+    """genai-prices knows no provider on a private address, so its table (0.2 s, and ssl) is not
+    loaded for one; the startup summary's module never imports it (gunicorn's master runs it)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from proxy.config.load import parse; from proxy.money.prices import PriceBook; "
+            "import proxy.serving.summary; "
+            f"book = PriceBook(parse({doc(pricing=PRICES)!r}, environ={{}})); book.warm(); "
+            "assert book.price('main', 'house-1') is not None and book.price('main', 'other') is None; "
+            "print('genai_prices' in sys.modules, 'ssl' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["False", "False"]
