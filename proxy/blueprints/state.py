@@ -19,6 +19,7 @@ from proxy.blueprints.auth import KeyChecker
 from proxy.config import Config
 from proxy.conversations.store import ResponseStore
 from proxy.limits.limiter import Limiter
+from proxy.money.prices import PriceBook
 from proxy.ops.hooks import HookSet
 from proxy.ops.metrics import LiveGauges, Metrics
 from proxy.ops.usage_writer import UsageWriter
@@ -57,6 +58,7 @@ class AppState:
     live: LiveGauges  # streams open and workers alive, over the instance's workers
     limiter: Limiter  # client keys' limits (proxy.limits)
     reloader: Reloading  # lives as long as the app: every reload carries it over
+    prices: PriceBook  # the config's prices (proxy.money.prices): built again by a reload
     store_health: StoreHealth  # whether the state store answers now (Redis, with backend redis)
     # Which config this is: its file, when this worker loaded it, and how many reloads the host
     # (gunicorn's master) has accepted before it — the same number in every worker once all reloaded.

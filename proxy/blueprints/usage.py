@@ -4,7 +4,8 @@ every `/admin/` path (proxy.blueprints.http).
   GET /admin/usage?since=&until=&group_by=client_key,model,upstream,account&bucket=&format=json|csv
       {"since", "until", "group_by", "bucket", "rows": [{<group values>, "requests", "errors",
       "input_tokens", "output_tokens", "cached_tokens", "cache_write_tokens", "reasoning_tokens",
-      "avg_first_byte_ms", "avg_duration_ms"}], "totals": {…}} — or the rows as CSV with a header line
+      "cost_usd", "cost_unknown_requests", "cache_saved_usd", "cache_hit_rate", "avg_first_byte_ms",
+      "avg_duration_ms"}], "totals": {…}} — or the rows as CSV with a header line
       (parameters and their rules: proxy/ops/usage_query.py)
   GET /admin/requests?limit=100
       {"data": [<the last requests this host finished, newest first: no bodies, no keys>]}

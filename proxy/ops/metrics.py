@@ -6,6 +6,10 @@ Owns the metric names, their labels and how a record becomes samples:
   llm_proxy_upstream_attempts_total{upstream,account,outcome}           counter, one per attempt
   llm_proxy_tokens_total{client_key,upstream,model,kind}                counter; kind = input, output,
                                                                         cached, reasoning
+  llm_proxy_cost_usd_total{client_key,upstream,model}                   counter, dollars of known cost
+  llm_proxy_cost_unknown_requests_total{client_key,upstream,model}      counter, requests with usage
+                                                                        but no price
+  llm_proxy_cache_saved_usd_total{client_key,upstream}                  counter, dollars cache reads saved
   llm_proxy_time_to_first_byte_seconds{client_protocol,upstream}        histogram (answered requests)
   llm_proxy_request_duration_seconds{client_protocol,upstream}          histogram
   llm_proxy_active_streams                                              gauge, streams open now
@@ -196,6 +200,14 @@ class Metrics(Hooks):
                                 "or the failure class).", ["upstream", "account", "outcome"], registry=registry)
         self.tokens = Counter("llm_proxy_tokens", "Tokens the upstreams reported (kind: input, output, cached, "
                               "reasoning).", ["client_key", "upstream", "model", "kind"], registry=registry)
+        self.cost = Counter("llm_proxy_cost_usd", "What requests cost, in US dollars, where the model's "
+                            "price is known (proxy.money).", ["client_key", "upstream", "model"], registry=registry)
+        self.cost_unknown = Counter("llm_proxy_cost_unknown_requests", "Requests with usage whose model has no "
+                                    "known price (their cost is not in llm_proxy_cost_usd_total).",
+                                    ["client_key", "upstream", "model"], registry=registry)
+        self.cache_saved = Counter("llm_proxy_cache_saved_usd", "What reading prompts from the upstreams' caches "
+                                   "saved, in US dollars: cached tokens * (input - cached input price).",
+                                   ["client_key", "upstream"], registry=registry)
         self.ttfb = Histogram("llm_proxy_time_to_first_byte_seconds", "From a request's arrival to the first "
                               "byte of its answer (answered requests).", ["client_protocol", "upstream"],
                               buckets=TTFB_BUCKETS, registry=registry)
@@ -227,6 +239,13 @@ class Metrics(Hooks):
                                 ("cached", usage.cache_read_tokens), ("reasoning", usage.reasoning_tokens)):
                 if count:
                     self._child(self.tokens, record.client_key, upstream, model, kind).inc(count)
+            if record.cost_micros is not None:
+                if record.cost_micros:
+                    self._child(self.cost, record.client_key, upstream, model).inc(record.cost_micros / 1e6)
+                if record.cache_saved_micros:
+                    self._child(self.cache_saved, record.client_key, upstream).inc(record.cache_saved_micros / 1e6)
+            elif usage.input_tokens or usage.output_tokens:
+                self._child(self.cost_unknown, record.client_key, upstream, model).inc()
         if record.first_byte_s is not None:
             self._child(self.ttfb, record.client_protocol, upstream).observe(record.first_byte_s)
         if record.duration_s is not None:

@@ -2,7 +2,7 @@
 by its workers, without bodies and without keys.
 
 Owns what an entry says (request id, arrival, key name, client address, protocol, models,
-upstream, account, stream, status, outcome, attempts, first byte, duration, tokens) and its JSON form for
+upstream, account, stream, status, outcome, attempts, first byte, duration, tokens, cost) and its JSON form for
 `GET /admin/requests`. Entries go to the store with the next usage commit rather than a commit of
 their own (`wait=False`, proxy/ops/usage_writer.py): wired before usage accounting, a request's
 entry and its usage land in the same transaction.
@@ -11,6 +11,7 @@ entry and its usage land in the same transaction.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 from proxy.ops.hooks import Hooks
@@ -36,7 +37,8 @@ def recent_entry(record: RequestRecord) -> RecentEntry:
         upstream=record.upstream, account=record.account, stream=record.stream, status=record.status,
         outcome=record.outcome, attempts=record.attempts, first_byte_ms=milliseconds(record.first_byte_s),
         duration_ms=milliseconds(record.duration_s), input_tokens=usage.input_tokens if usage else 0,
-        output_tokens=usage.output_tokens if usage else 0, client_address=record.client_address)
+        output_tokens=usage.output_tokens if usage else 0, client_address=record.client_address,
+        cost_micros=record.cost_micros)
 
 
 def entry_json(entry: RecentEntry) -> dict[str, Any]:
@@ -46,7 +48,13 @@ def entry_json(entry: RecentEntry) -> dict[str, Any]:
             "stream": entry.stream, "status": entry.status, "outcome": entry.outcome, "attempts": entry.attempts,
             "first_byte_ms": entry.first_byte_ms, "duration_ms": entry.duration_ms,
             "input_tokens": entry.input_tokens, "output_tokens": entry.output_tokens,
-            "client_address": entry.client_address}
+            "client_address": entry.client_address, "cost_usd": usd(entry.cost_micros)}
+
+
+def usd(micros: int | None) -> float | None:
+    """Micro-dollars as dollars, exact to the micro-dollar: the integer sum, divided once (its
+    shortest decimal form has at most six decimals: 11340 → 0.01134)."""
+    return None if micros is None else float(Decimal(micros).scaleb(-6))
 
 
 def iso_time(epoch: float, milliseconds: bool = False) -> str:

@@ -53,6 +53,13 @@ class RequestRecord:
     status: int = 0  # what the client got (200 for a stream that started, whatever came in-band)
     outcome: str = OK
     usage: Usage | None = None
+    # What it cost, set by the first hook (proxy.money.costing) before any other hears of the end:
+    # integer micro-dollars, None when the price is unknown or there was no usage; the table the
+    # price came from ("genai-prices 0.2.3", "config", "config + genai-prices 0.2.3"); what its
+    # cache reads saved (micro-dollars, None like the cost).
+    cost_micros: int | None = None
+    price_source: str | None = None
+    cache_saved_micros: int | None = None
     first_byte_s: float | None = None  # from arrival to the first byte of the answer
     duration_s: float | None = None
     attempts: int = 0

@@ -7,7 +7,10 @@ upstream reported, so far as it did for a stream cut short (input, including cac
 including reasoning — the IR's convention, docs/architecture.md §3.2 — cached reads, cache
 writes, reasoning); its time to first byte and duration. Filed under the minute it arrived, its client
 key's name (never the key), protocol, model as the client asked and as the upstream was asked,
-upstream, account, stream or not, outcome and status. A request that got no upstream (refused,
+upstream, account, stream or not, outcome, status and the price table its cost came from. Its cost
+(proxy.money.costing sets it on the record first): the micro-dollars where the price is known, and
+one request of unknown cost where the upstream reported tokens but the model has no price; what its
+cache reads saved. A request that got no upstream (refused,
 invalid) is counted with those left empty.
 
 The figures are written before the client has the end of its answer (proxy/ops/usage_writer.py),
@@ -38,15 +41,23 @@ def usage_row(record: RequestRecord) -> UsageRow:
         minute=started - started % 60,
         client_key=record.client_key, client_protocol=record.client_protocol, model=record.model,
         upstream_model=record.upstream_model or "", upstream=record.upstream or "", account=record.account or "",
-        stream=record.stream, outcome=record.outcome, status=record.status,
+        stream=record.stream, outcome=record.outcome, status=record.status, price_version=record.price_source or "",
         requests=1, errors=int(record.outcome not in (OK, CLIENT_GONE)),
         input_tokens=usage.input_tokens if usage else 0, output_tokens=usage.output_tokens if usage else 0,
         cached_tokens=usage.cache_read_tokens if usage else 0,
         cache_write_tokens=usage.cache_write_tokens if usage else 0,
         reasoning_tokens=usage.reasoning_tokens if usage else 0,
+        cost_micros=record.cost_micros or 0, cost_unknown_requests=int(record.cost_micros is None and billed(record)),
+        cache_saved_micros=record.cache_saved_micros or 0,
         first_byte_ms_sum=first_byte or 0, first_byte_count=int(first_byte is not None),
         duration_ms_sum=milliseconds(record.duration_s) or 0,
     )
+
+
+def billed(record: RequestRecord) -> bool:
+    """Whether the request has usage to pay for: tokens the upstream reported."""
+    usage = record.usage
+    return usage is not None and (usage.input_tokens > 0 or usage.output_tokens > 0)
 
 
 def milliseconds(seconds: float | None) -> int | None:

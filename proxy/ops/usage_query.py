@@ -6,8 +6,10 @@ offset means UTC) or epoch seconds; `until` defaults to now and `since` to a day
 are kept per minute, so the window covers whole minutes: `since` is taken down to its minute and
 `until` up to its own (so "until now" includes the current minute), and the answer says which
 window it covered. `group_by`: a comma-separated list of `DIMENSIONS`; `bucket`: minute, hour or
-day (UTC) adds a `time` column; `format`: json or csv. Anything else — an unknown parameter
-included — is a 400 that says what to write instead.
+day (UTC) adds a `time` column; `format`: json or csv. Money is summed in integer micro-dollars and
+shown in dollars (`cost_usd`, `cache_saved_usd`: exact to the micro-dollar; six decimals in CSV),
+beside `cost_unknown_requests` (requests with usage but no price) and `cache_hit_rate`. Anything
+else — an unknown parameter included — is a 400 that says what to write instead.
 Pure: must not import Flask, requests or gevent.
 """
 
@@ -18,10 +20,11 @@ import io
 import math
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 from proxy.errors import invalid
-from proxy.ops.recent import iso_time
+from proxy.ops.recent import iso_time, usd
 from proxy.ops.usage_store import BUCKETS, COUNTERS, DIMENSIONS, UsageAnswer, UsageQuery
 
 PARAMETERS = ("since", "until", "group_by", "bucket", "format")
@@ -78,9 +81,23 @@ def parse_time(value: str, name: str) -> float:
     return epoch
 
 
+# The figures an answer shows, in order: the counters, money in dollars instead of micro-dollars.
+SHOWN = ("requests", "errors", "input_tokens", "output_tokens", "cached_tokens", "cache_write_tokens",
+         "reasoning_tokens", "cost_usd", "cost_unknown_requests", "cache_saved_usd", "cache_hit_rate",
+         "avg_first_byte_ms", "avg_duration_ms")
+_IN_DOLLARS = {"cost_usd": "cost_micros", "cache_saved_usd": "cache_saved_micros"}
+
+
 def _averages(figures: Mapping[str, Any]) -> dict[str, Any]:
+    """What a row (or the totals) shows: counters; cost and cache saving in dollars, from the exact
+    sum of micro-dollars; the cache hit rate (cached ÷ input tokens); average times."""
     counted = figures["first_byte_count"]
-    return {name: figures[name] for name in COUNTERS} | {
+    shown = {name: figures[name] for name in COUNTERS if name not in _IN_DOLLARS.values()}
+    for name, micros in _IN_DOLLARS.items():
+        shown[name] = usd(figures[micros])
+    shown["cache_hit_rate"] = round(figures["cached_tokens"] / figures["input_tokens"], 4) \
+        if figures["input_tokens"] else None
+    return {name: shown[name] for name in SHOWN if name in shown} | {
         "avg_first_byte_ms": round(figures["first_byte_ms_sum"] / counted) if counted else None,
         "avg_duration_ms": round(figures["duration_ms_sum"] / figures["requests"]) if figures["requests"] else None,
     }
@@ -105,11 +122,12 @@ def answer_csv(query: UsageQuery, answer: UsageAnswer) -> str:
     """The rows with a header line; an unknown value is an empty cell, booleans are true / false."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\r\n")
-    header = [*(["time"] if query.bucket else []), *query.group_by, *COUNTERS, "avg_first_byte_ms",
-              "avg_duration_ms"]
+    header = [*(["time"] if query.bucket else []), *query.group_by, *SHOWN]
     writer.writerow(header)
     for row in answer.rows:
         shown = _group(row, query) | _averages(row)
+        for name, micros in _IN_DOLLARS.items():  # six decimals, as written: 0.011340
+            shown[name] = f"{Decimal(row[micros]).scaleb(-6):f}"
         writer.writerow(["" if shown[c] is None else str(shown[c]).lower() if isinstance(shown[c], bool)
                          else shown[c] for c in header])
     return out.getvalue()

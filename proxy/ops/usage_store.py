@@ -5,7 +5,7 @@ proxy/ops/sqlite_usage_store.py, the Redis one proxy/ops/redis_usage_store.py.
 
 Owns persistence and aggregation, not what a request counts as (proxy/ops/usage.py decides that).
 Usage is kept per minute: one row per (minute, client key, client protocol, model, upstream model,
-upstream, account, stream, outcome, status) with its counters, added to by every request — so the
+upstream, account, stream, outcome, status, price version) with its counters, added to by every request — so the
 table grows with the variety of traffic, not its volume. The recent-requests list is capped at
 `RECENT_CAP` entries. `add` writes a batch of both at once; a query reads one snapshot, so its rows
 always add up to its totals. A networked store (Redis, a database) implements the same methods.
@@ -23,9 +23,10 @@ from typing import Any, Protocol
 RECENT_CAP = 1000  # the recent-requests list keeps this many; /admin/requests shows up to this many
 BUCKETS = {"minute": 60, "hour": 3600, "day": 86400}  # UTC: epoch-aligned hours and days are UTC's
 DIMENSIONS = ("client_key", "client_protocol", "model", "upstream_model", "upstream", "account", "stream",
-              "outcome", "status")
+              "outcome", "status", "price_version")
+# Money is counted in integer micro-dollars (so sums are exact); the answers show dollars.
 COUNTERS = ("requests", "errors", "input_tokens", "output_tokens", "cached_tokens", "cache_write_tokens",
-            "reasoning_tokens")
+            "reasoning_tokens", "cost_micros", "cost_unknown_requests", "cache_saved_micros")
 TIMINGS = ("first_byte_ms_sum", "first_byte_count", "duration_ms_sum")  # averages are computed from these
 
 
@@ -43,6 +44,9 @@ class UsageRow:
     stream: bool
     outcome: str
     status: int
+    # The price table the row's costs were computed with ("genai-prices 0.2.3", "config",
+    # "config + genai-prices 0.2.3"; '' when no cost is known), so costs can be recomputed.
+    price_version: str = ""
     requests: int = 0
     errors: int = 0
     input_tokens: int = 0
@@ -50,18 +54,22 @@ class UsageRow:
     cached_tokens: int = 0
     cache_write_tokens: int = 0
     reasoning_tokens: int = 0
+    cost_micros: int = 0  # the sum of the known costs
+    cost_unknown_requests: int = 0  # requests with usage but no price
+    cache_saved_micros: int = 0
     first_byte_ms_sum: int = 0
     first_byte_count: int = 0
     duration_ms_sum: int = 0
 
     def key(self) -> tuple[Any, ...]:
         return (self.minute, self.client_key, self.client_protocol, self.model, self.upstream_model, self.upstream,
-                self.account, self.stream, self.outcome, self.status)
+                self.account, self.stream, self.outcome, self.status, self.price_version)
 
     def values(self) -> tuple[Any, ...]:
         """Every field, in order (`dataclasses.astuple` copies deeply: a measurable cost per request)."""
         return (*self.key(), self.requests, self.errors, self.input_tokens, self.output_tokens, self.cached_tokens,
-                self.cache_write_tokens, self.reasoning_tokens, self.first_byte_ms_sum, self.first_byte_count,
+                self.cache_write_tokens, self.reasoning_tokens, self.cost_micros, self.cost_unknown_requests,
+                self.cache_saved_micros, self.first_byte_ms_sum, self.first_byte_count,
                 self.duration_ms_sum)
 
     def add(self, other: UsageRow) -> None:
@@ -90,6 +98,7 @@ class RecentEntry:
     input_tokens: int
     output_tokens: int
     client_address: str | None = None  # as the access log shows it; None in entries from before it was kept
+    cost_micros: int | None = None  # None: unknown price, no usage, or an entry from before costs were kept
 
 
 @dataclass(frozen=True, slots=True)

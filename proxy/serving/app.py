@@ -42,6 +42,7 @@ from proxy.blueprints.completions import completions_blueprint
 from proxy.blueprints.state import AppState, app_state, install
 from proxy.config import Config
 from proxy.conversations.compaction_key import compaction_secret
+from proxy.money.costing import Costing
 from proxy.ops.hooks import HookSet
 from proxy.ops.log_lines import LogLines
 from proxy.ops.metrics import LiveGauges, Metrics
@@ -80,7 +81,9 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
     client = UpstreamClient(trust_env=config.trust_env)
     stores = open_stores(config)  # state.backend: sqlite (one host) or redis (several)
     keeper = PoolKeeper({}, stores.pool, client, holder=stores.holder, slots=stores.slots)
-    hooks = HookSet([LogLines()])  # the operators' concerns plug in here (proxy.ops)
+    # The operators' concerns plug in here (proxy.ops). Costing first: every other hook — usage,
+    # metrics, recent requests, budgets — reads the cost it puts on the record.
+    hooks = HookSet([Costing(lambda: app_state(app).prices), LogLines()])
     limiter = stores.limiter  # client keys' limits: charged when each request ends
     hooks.add(limiter)
     usage_writer = None
@@ -103,6 +106,7 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
     affinity = stores.affinity  # which account served each conversation last
     # states, counters and runtime accounts from before a restart
     parts = config_parts(config, keeper, client, hooks, affinity=affinity)
+    parts["prices"].warm()  # genai-prices' table, before the first request rather than during it
     if start_background:
         keeper.start()
     responses_store = stores.responses

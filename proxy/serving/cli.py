@@ -1,4 +1,4 @@
-"""The `llm-proxy` command: `serve`, `demo`, `check-config`, `config-schema` and
+"""The `llm-proxy` command: `serve`, `demo`, `check-config`, `prices`, `config-schema` and
 `state migrate | check | export | import`.
 
 Owns the command line: validating the config before anything starts (an invalid config exits
@@ -54,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     check = sub.add_parser("check-config", help="validate a config file and exit")
     check.add_argument("config", help="YAML config file")
 
+    prices = sub.add_parser("prices", help="per served model, the price in force and where it came from")
+    prices.add_argument("--config", required=True, help="YAML config file")
+
     sub.add_parser("config-schema", help="print the config file's JSON Schema (for editors that validate YAML)")
 
     state = sub.add_parser("state", help="the state file's schema; moving state between SQLite and Redis")
@@ -68,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "check-config":
         return _check(args.config)
+    if args.command == "prices":
+        return _prices(args.config)
     if args.command == "config-schema":
         sys.stdout.write(reference.schema_text())
         return 0
@@ -144,6 +149,18 @@ def _check(path: str) -> int:
     return 0
 
 
+def _prices(path: str) -> int:
+    try:
+        config = load_checked(path)
+    except ConfigError as exc:
+        print(f"llm-proxy: config error: {exc}", file=sys.stderr)
+        return 2
+    from proxy.serving.price_list import listing  # genai-prices and the stores: not for the master's imports
+
+    print(listing(config))
+    return 0
+
+
 def _serve(path: str, bind: str | None, workers: int | None) -> int:
     try:
         load_checked(path)
@@ -212,6 +229,12 @@ def demo_config(upstream_url: str, state_path: str, upstream_protocol: str,
     return admin + textwrap.dedent(f"""\
         client_keys: [{DEMO_CLIENT_KEY}]
         state_path: {state_path}
+        # Demo prices (USD per million tokens), so /admin/usage and the status page show spend: the
+        # simulated upstream is on loopback, so no provider's price list applies to it.
+        pricing:
+          models:
+            demo-reasoner: {{input: 2, cached_input: 0.2, cache_write: 2.5, output: 8}}
+            "*": {{input: 1, cached_input: 0.1, cache_write: 1.25, cache_write_1h: 2, output: 4}}
         upstreams:
           - name: demo
             protocol: {upstream_protocol}

@@ -1,5 +1,5 @@
 """What a config builds in a worker, apart from what lives as long as the worker: the pools, the
-router and relay, the model catalog and the key checkers (`config_parts`).
+router and relay, the model catalog, the key checkers and the price book (`config_parts`).
 
 Owns that list, for the app factory (proxy.serving.app) at start and for a reload
 (proxy.serving.reconfigure), which builds it again and swaps it into the app's `AppState`.
@@ -11,6 +11,7 @@ from typing import TypedDict
 
 from proxy.blueprints.auth import KeyChecker
 from proxy.config import Config
+from proxy.money.prices import PriceBook
 from proxy.ops.hooks import HookSet
 from proxy.pool.pool import AccountPool
 from proxy.relay.affinity import Affinity
@@ -31,6 +32,7 @@ class ConfigParts(TypedDict):
     pools: dict[str, AccountPool]
     client_keys: KeyChecker
     admin_keys: KeyChecker
+    prices: PriceBook
 
 
 def config_parts(config: Config, keeper: PoolKeeper, client: UpstreamClient, hooks: HookSet,
@@ -48,4 +50,5 @@ def config_parts(config: Config, keeper: PoolKeeper, client: UpstreamClient, hoo
     relay = Relay(config, Router(config.upstreams), pools, HTTPTransport(client, pools), secrets, hooks=hooks,
                   affinity=affinity)
     return ConfigParts(config=config, relay=relay, catalog=Catalog(config, pools, client), pools=pools,
-                       client_keys=KeyChecker(config.client_keys), admin_keys=KeyChecker(config.admin_keys))
+                       client_keys=KeyChecker(config.client_keys), admin_keys=KeyChecker(config.admin_keys),
+                       prices=PriceBook(config))

@@ -4,16 +4,22 @@ proxy listens: what is served, from which file, with what state, and what is swi
 Owns the wording and nothing else: given the config, the listening addresses, the worker count,
 the control socket and the master's pid, it returns the text (or, for a JSON log, its fields).
 Never shows a key — only how many.
-Import-light (stdlib): it runs in gunicorn's master.
+Import-light (stdlib): it runs in gunicorn's master — so an upstream's provider guessed from its
+base_url (which takes genai-prices, and with it ssl) is asked of a child process, and only for an
+upstream with no `provider:` on a public address.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from collections.abc import Sequence
 
 from proxy import __version__
 from proxy.config import Config
+from proxy.money.prices import private_address  # stdlib only at import: genai-prices loads on first use
 
 
 def _count(n: int, what: str) -> str:
@@ -53,7 +59,41 @@ def summary_fields(config: Config, listeners: Sequence[str], workers: int, contr
         "metrics": metrics,
         "health": f"{root}/healthz (alive), {root}/readyz (every upstream has an active account)",
         "reload": f"kill -HUP {pid}" + (", or POST /admin/reload" if config.admin_keys else ""),
+        "prices": providers(config),
     }
+
+
+def providers(config: Config) -> str:
+    """Each upstream's provider — the price list its models are looked up in (proxy/money/prices.py):
+    set in the config, guessed from its base_url, or none (config prices only)."""
+    guessed = _guess([u.base_url for u in config.upstreams if u.provider is None and not private_address(u.base_url)])
+    shown = []
+    for upstream in config.upstreams:
+        if upstream.provider is not None:
+            shown.append(f"{upstream.name}: {upstream.provider}")
+        elif guessed.get(upstream.base_url):
+            shown.append(f"{upstream.name}: {guessed[upstream.base_url]} (guessed from base_url)")
+        elif upstream.base_url in guessed or private_address(upstream.base_url):
+            shown.append(f"{upstream.name}: none: config prices only")
+        else:
+            shown.append(f"{upstream.name}: guessed when first priced")
+    return "; ".join(shown) + " (llm-proxy prices --config FILE lists them)"
+
+
+def _guess(base_urls: list[str]) -> dict[str, str | None]:
+    """genai-prices' provider for each URL, asked in a child process: genai-prices imports ssl and
+    an HTTP client, which this process (gunicorn's master, before its gevent workers fork) must not."""
+    if not base_urls:
+        return {}
+    code = ("import json, sys; from proxy.money.prices import guess_provider; "
+            "print(json.dumps({u: guess_provider(u) for u in sys.argv[1:]}))")
+    try:
+        done = subprocess.run([sys.executable, "-c", code, *base_urls], capture_output=True, text=True, timeout=20,
+                              check=True)
+        found: dict[str, str | None] = json.loads(done.stdout)
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return {}
+    return found
 
 
 def summary(config: Config, listeners: Sequence[str], workers: int, control_socket: str | None, pid: int) -> str:

@@ -1,7 +1,7 @@
 """The layout of the `state_path` SQLite file, and the one way it is created and brought up to date.
 
 Owns every table of the state file — the pool's account and proxy states (proxy/pool/store.py),
-usage (proxy/ops/usage_store.py), client key limits (proxy/limits/store.py), conversation
+usage and its cost (proxy/ops/usage_store.py), client key limits (proxy/limits/store.py), conversation
 affinity (proxy/pool/affinity.py) — as numbered migrations, and `schema_migrations`, which records
 the ones applied. `migrate` runs in one process before any worker exists (gunicorn's master, at
 start: proxy.serving.master; `llm-proxy state migrate`): it creates the file (owner-only: runtime
@@ -71,6 +71,34 @@ CREATE TABLE IF NOT EXISTS conversation_affinity (
 """),
     (2, "the client's address in the recent-requests list", """
 ALTER TABLE recent_requests ADD COLUMN client_address TEXT;
+"""),
+    # The price version is a dimension (part of the key), which SQLite cannot add to a primary key
+    # in place: the table is copied into a new one, every old row under price version ''.
+    (3, "what requests cost: usage by price version with cost, unknown-cost and cache-saving counters; "
+        "the cost in the recent-requests list", """
+CREATE TABLE usage_minutes_v3 (
+    minute INTEGER NOT NULL,
+    client_key TEXT NOT NULL, client_protocol TEXT NOT NULL, model TEXT NOT NULL, upstream_model TEXT NOT NULL,
+    upstream TEXT NOT NULL, account TEXT NOT NULL, stream INTEGER NOT NULL, outcome TEXT NOT NULL,
+    status INTEGER NOT NULL, price_version TEXT NOT NULL DEFAULT '',
+    requests INTEGER NOT NULL DEFAULT 0, errors INTEGER NOT NULL DEFAULT 0, input_tokens INTEGER NOT NULL DEFAULT 0,
+    output_tokens INTEGER NOT NULL DEFAULT 0, cached_tokens INTEGER NOT NULL DEFAULT 0,
+    cache_write_tokens INTEGER NOT NULL DEFAULT 0, reasoning_tokens INTEGER NOT NULL DEFAULT 0,
+    cost_micros INTEGER NOT NULL DEFAULT 0, cost_unknown_requests INTEGER NOT NULL DEFAULT 0,
+    cache_saved_micros INTEGER NOT NULL DEFAULT 0,
+    first_byte_ms_sum INTEGER NOT NULL DEFAULT 0, first_byte_count INTEGER NOT NULL DEFAULT 0,
+    duration_ms_sum INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (minute, client_key, client_protocol, model, upstream_model, upstream, account, stream, outcome,
+                 status, price_version)) WITHOUT ROWID;
+INSERT INTO usage_minutes_v3 (minute, client_key, client_protocol, model, upstream_model, upstream, account, stream,
+    outcome, status, requests, errors, input_tokens, output_tokens, cached_tokens, cache_write_tokens,
+    reasoning_tokens, first_byte_ms_sum, first_byte_count, duration_ms_sum)
+SELECT minute, client_key, client_protocol, model, upstream_model, upstream, account, stream, outcome, status,
+    requests, errors, input_tokens, output_tokens, cached_tokens, cache_write_tokens, reasoning_tokens,
+    first_byte_ms_sum, first_byte_count, duration_ms_sum FROM usage_minutes;
+DROP TABLE usage_minutes;
+ALTER TABLE usage_minutes_v3 RENAME TO usage_minutes;
+ALTER TABLE recent_requests ADD COLUMN cost_micros INTEGER;
 """),
 )
 CURRENT_VERSION = MIGRATIONS[-1][0]

@@ -17,6 +17,7 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -24,6 +25,7 @@ from urllib.parse import urlsplit
 import openai
 import pytest
 
+from proxy.blueprints.auth import key_name
 from tests.conftest import CLIENT_KEY, UPSTREAM_KEYS, DemoUpstream, ProxyServer, base_config, start_proxy, stop_proxy
 from tests.wire import request
 
@@ -33,6 +35,8 @@ CHROMIUM = os.environ.get("LLM_PROXY_CHROMIUM") or shutil.which("chromium") or "
 # Flags that let Chromium run headless as root in a container, and keep it from calling home.
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+# USD per million tokens = micro-dollars per token: every model the demo serves here is priced.
+PRICING = {"models": {"*": {"input": 1, "cached_input": 0.1, "output": 4}}}
 WAIT_MS = 15000  # the longest any expectation waits; each returns as soon as it holds
 
 if not Path(CHROMIUM).exists():
@@ -49,7 +53,7 @@ expect.set_options(timeout=WAIT_MS)
 
 @pytest.fixture(scope="module")
 def page_proxy(demo_upstream: DemoUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyServer]:
-    config = base_config(demo_upstream.url, admin_keys=[ADMIN_KEY])
+    config = base_config(demo_upstream.url, admin_keys=[ADMIN_KEY], pricing=PRICING)
     server = start_proxy(config, tmp_path_factory.mktemp("status-page"))
     yield server
     stop_proxy(server)
@@ -227,6 +231,44 @@ def test_a_request_appears_in_the_usage_chart_and_the_last_requests(browser: Bro
         expect(page.locator(f'#usage-model rect[data-series="{model}"]')).to_have_count(1)
 
 
+def test_spend_shows_per_key_model_and_account_beside_tokens(browser: Browser, page_proxy: ProxyServer) -> None:
+    page = browser.page
+    model = f"spend-{uuid.uuid4().hex[:8]}"
+    browser.open()
+    browser.sign_in()
+    expect(page.locator("#usage-model svg")).to_be_visible()
+    request_id, answer = chat(page_proxy, model=model)
+    details = answer.usage.prompt_tokens_details
+    cached = (details.cached_tokens or 0) if details else 0
+    micros = Decimal(answer.usage.prompt_tokens - cached) + Decimal("0.1") * cached + 4 * answer.usage.completion_tokens
+    cost = int(micros.quantize(Decimal(1), rounding=ROUND_HALF_UP))
+    shown = f"${cost / 1e6:.6f}" if cost < 10_000 else f"${cost / 1e6:.4f}"
+    browser.refresh()
+    page.get_by_role("button", name="Spend").click()  # the charts measured in dollars
+    bar = page.locator(f'#usage-model rect[data-series="{model}"]')
+    expect(bar).to_have_count(1)
+    assert Decimal(bar.get_attribute("data-value")) == Decimal(cost).scaleb(-6)
+    spend = page.locator(f'#usage-model .legend tr[data-series="{model}"] td[data-column="Spend"]')
+    expect(spend).to_have_text(shown)
+    # Per key and per account too: the key's and the account's spend include this request's.
+    account = answer_account(page_proxy, request_id)
+    for figure, series in (("client_key", key_name(CLIENT_KEY)), ("account", account)):
+        row = page.locator(f'#usage-{figure} .legend tr[data-series="{series}"]')
+        expect(row.locator('td[data-column="Spend"]')).to_contain_text("$")
+        assert row.locator('td[data-column="Spend"]').inner_text() != "$0"
+        expect(row.locator('td[data-column="Cache hit"]')).to_contain_text("%")
+        expect(row.locator('td[data-column="Cache saved"]')).to_contain_text("$")
+    row = page.locator(f'#requests tr[data-request-id="{request_id}"]')
+    expect(row.locator('td[data-column="cost"]')).to_have_text(shown)
+
+
+def answer_account(proxy: ProxyServer, request_id: str) -> str:
+    resp = request(proxy.url, "GET", "/admin/requests?limit=50", None, {"Authorization": f"Bearer {ADMIN_KEY}"})
+    entry = next(e for e in resp.json()["data"] if e["request_id"] == request_id)
+    resp.close()
+    return str(entry["account"])
+
+
 def test_the_open_streams_count_follows_a_held_stream(
         browser: Browser, page_proxy: ProxyServer, demo_upstream: DemoUpstream) -> None:
     page = browser.page
@@ -264,7 +306,7 @@ def test_a_failed_call_is_shown_with_the_apis_message_and_the_data_marked_stale(
     expect(usage.locator(".section-error")).to_contain_text("usage store unavailable: database is locked")
     expect(usage.locator(".section-error")).to_contain_text("showing data from")
     expect(usage).to_have_class("panel stale")
-    expect(page.locator("#freshness")).to_contain_text("2 of 5 calls failed")
+    expect(page.locator("#freshness")).to_contain_text("3 of 6 calls failed")
     page.unroute("**/admin/usage?**")
     browser.refresh()
     expect(usage.locator(".section-error")).to_be_hidden()

@@ -104,3 +104,18 @@ def test_every_face_of_the_simulated_upstream_answers_a_bad_directive_with_400(
     assert message.startswith(f"demo upstream: {directive.rstrip(']')}]: "), message
     if path == "/v1/messages":
         assert doc["type"] == "error" and doc["error"]["type"] == "invalid_request_error"
+
+
+def test_the_demo_shows_what_its_requests_cost(demo_proxy: ProxyServer) -> None:
+    """The demo config prices its models (demo prices, `pricing:`), so /admin/usage shows spend."""
+    answer = openai_client(demo_proxy).chat.completions.create(
+        model="demo-model", messages=[{"role": "user", "content": "What does this cost? [demo:pace=0]"}])
+    usage = answer.usage
+    assert usage is not None
+    resp = request(demo_proxy.url, "GET", "/admin/usage?group_by=model,price_version", None,
+                   {"Authorization": f"Bearer {DEMO_ADMIN_KEY}"})
+    rows = {r["model"]: r for r in resp.json()["rows"]}
+    resp.close()
+    row = rows["demo-model"]
+    assert row["price_version"] == "config" and row["cost_unknown_requests"] == 0
+    assert row["cost_usd"] >= (usage.prompt_tokens * 1 + usage.completion_tokens * 4) / 1e6 * 0.5 > 0

@@ -88,6 +88,22 @@ def test_usage_is_summed_across_hosts_and_queried_per_minute(redis_url: str) -> 
     assert b.query(UsageQuery(0, 180)).totals["requests"] == 2
 
 
+def test_costs_are_summed_across_hosts_by_price_version_and_older_rows_read_back_without_one(
+        redis_url: str) -> None:
+    a, b = RedisUsageStore(state(redis_url)), RedisUsageStore(state(redis_url))
+    priced = dataclasses.replace(row(60, "x"), price_version="config", cost_micros=11_340, cache_saved_micros=7)
+    unknown = dataclasses.replace(row(60, "x"), cost_unknown_requests=1)
+    a.add([priced, unknown], [dataclasses.replace(entry("r1"), cost_micros=11_340)])
+    b.add([priced], [])
+    # A field written before the price version was a dimension: nine dimensions.
+    old = json.dumps(["team", "chat_completions", "m", "m", "main", "x", False, "ok", 200], separators=(",", ":"))
+    b.client.hincrby(key(b.state, "usage", "60"), f"{old}|requests", 4)
+    rows = b.query(UsageQuery(0, 120, group_by=("price_version",))).rows
+    assert [(r["price_version"], r["requests"], r["cost_micros"], r["cost_unknown_requests"],
+             r["cache_saved_micros"]) for r in rows] == [("", 5, 0, 1, 0), ("config", 2, 22_680, 0, 14)]
+    assert [e.cost_micros for e in b.recent(1)] == [11_340]
+
+
 def test_recent_entries_keep_the_client_address_and_older_ones_read_back_without(redis_url: str) -> None:
     """Entries are JSON: one written before `client_address` existed lacks it and reads back None."""
     store = RedisUsageStore(state(redis_url))

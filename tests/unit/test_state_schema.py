@@ -95,6 +95,37 @@ def test_a_version_1_file_gains_the_client_address_keeping_its_recent_requests(
         state.close()
 
 
+def test_a_version_2_file_keeps_its_usage_rows_under_no_price_version_and_gains_the_cost_columns(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Migration 3 makes the price version part of a usage row's key (the table is copied) and adds
+    the cost counters and the recent entries' cost; rows from before read back with price version ''
+    and no cost, and a new row of the same minute and dimensions is a row of its own."""
+    from proxy.ops.sqlite_usage_store import SQLiteUsageStore
+    from proxy.ops.usage_store import UsageQuery, UsageRow
+
+    path = str(tmp_path / "state.db")
+    with monkeypatch.context() as patched:  # the file as the release with migrations 1 and 2 left it
+        patched.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:2])
+        patched.setattr(schema, "CURRENT_VERSION", 2)
+        assert schema.migrate(path) == (0, 2)
+    with sqlite3.connect(path) as db:
+        db.execute("INSERT INTO usage_minutes (minute, client_key, client_protocol, model, upstream_model, upstream,"
+                   " account, stream, outcome, status, requests, input_tokens, output_tokens) VALUES"
+                   " (60, 'alice', 'messages', 'm', 'm', 'main', 'a1', 0, 'ok', 200, 4, 100, 40)")
+    assert schema.migrate(path) == (2, CURRENT_VERSION)
+    state = StateFile.open(path)
+    try:
+        store = SQLiteUsageStore(state)
+        new = UsageRow(60, "alice", "messages", "m", "m", "main", "a1", False, "ok", 200, "config", requests=1,
+                       input_tokens=10, output_tokens=2, cost_micros=70)
+        store.add([new], [])
+        rows = store.query(UsageQuery(0, 120, group_by=("price_version",))).rows
+        assert [(r["price_version"], r["requests"], r["input_tokens"], r["cost_micros"]) for r in rows] == [
+            ("", 4, 100, 0), ("config", 1, 10, 70)]
+    finally:
+        state.close()
+
+
 def test_a_file_written_by_a_newer_version_is_refused_saying_so(tmp_path: Path) -> None:
     path = str(tmp_path / "state.db")
     schema.migrate(path)

@@ -67,10 +67,12 @@ def test_requests_are_summed_per_minute_and_group(store: UsageStore) -> None:
     answer = store.query(everything(("client_key",)))
     assert answer.rows == [
         {"client_key": "alice", "requests": 3, "errors": 0, "input_tokens": 120, "output_tokens": 60,
-         "cached_tokens": 24, "cache_write_tokens": 7, "reasoning_tokens": 11, "first_byte_ms_sum": 300,
+         "cached_tokens": 24, "cache_write_tokens": 7, "reasoning_tokens": 11, "cost_micros": 0,
+         "cost_unknown_requests": 0, "cache_saved_micros": 0, "first_byte_ms_sum": 300,
          "first_byte_count": 3, "duration_ms_sum": 900},
         {"client_key": "bob", "requests": 2, "errors": 1, "input_tokens": 10, "output_tokens": 5,
-         "cached_tokens": 2, "cache_write_tokens": 0, "reasoning_tokens": 1, "first_byte_ms_sum": 100,
+         "cached_tokens": 2, "cache_write_tokens": 0, "reasoning_tokens": 1, "cost_micros": 0,
+         "cost_unknown_requests": 0, "cache_saved_micros": 0, "first_byte_ms_sum": 100,
          "first_byte_count": 1, "duration_ms_sum": 600}]
     totals = answer.totals
     assert (totals["requests"], totals["errors"], totals["input_tokens"]) == (5, 1, 130)
@@ -135,9 +137,12 @@ def test_csv_has_a_header_and_one_line_per_row(store: UsageStore) -> None:
     lines = list(csv.reader(io.StringIO(answer_csv(query, store.query(query)))))
     assert lines == [
         ["time", "model", "upstream", "stream", "requests", "errors", "input_tokens", "output_tokens",
-         "cached_tokens", "cache_write_tokens", "reasoning_tokens", "avg_first_byte_ms", "avg_duration_ms"],
-        ["2026-01-01T00:00:00Z", "", "", "false", "1", "1", "10", "5", "2", "0", "1", "", "300"],
-        ["2026-01-01T00:00:00Z", "gpt-4o", "main", "true", "1", "0", "10", "5", "2", "0", "1", "100", "300"]]
+         "cached_tokens", "cache_write_tokens", "reasoning_tokens", "cost_usd", "cost_unknown_requests",
+         "cache_saved_usd", "cache_hit_rate", "avg_first_byte_ms", "avg_duration_ms"],
+        ["2026-01-01T00:00:00Z", "", "", "false", "1", "1", "10", "5", "2", "0", "1", "0.000000", "0", "0.000000",
+         "0.2", "", "300"],
+        ["2026-01-01T00:00:00Z", "gpt-4o", "main", "true", "1", "0", "10", "5", "2", "0", "1", "0.000000", "0",
+         "0.000000", "0.2", "100", "300"]]
 
 
 def entry(n: int) -> RecentEntry:
@@ -320,3 +325,42 @@ def test_the_writer_purges_by_retention_once_in_a_while() -> None:
     now[0] += 601
     writer.add(usage=row(T0))
     assert store.query(everything()).totals["requests"] == 4
+
+
+# ------------------------------------------------------------ cost
+
+
+def priced(minute: int, micros: int | None, saved: int = 0, version: str = "config", key: str = "alice") -> UsageRow:
+    got = row(minute, key=key)
+    got.cost_micros, got.cost_unknown_requests = micros or 0, int(micros is None)
+    got.cache_saved_micros, got.price_version = saved, version if micros is not None else ""
+    return got
+
+
+def test_costs_sum_exactly_in_micro_dollars_by_price_version_and_show_in_dollars(store: UsageStore) -> None:
+    store.add([priced(T0, 11_340, saved=500), priced(T0, 1, version="genai-prices 0.2.3"), priced(T0, None),
+               priced(T0 + 60, 999_999, key="bob")], [])
+    store.add([priced(T0, 660, saved=5)], [])
+    by_version = store.query(everything(("price_version",)))
+    assert [(r["price_version"], r["cost_micros"], r["cost_unknown_requests"], r["requests"])
+            for r in by_version.rows] == [("", 0, 1, 1), ("config", 1_011_999, 0, 3), ("genai-prices 0.2.3", 1, 0, 1)]
+    shown = answer_json(everything(("client_key",)), store.query(everything(("client_key",))))
+    alice, bob = shown["rows"]
+    assert (alice["cost_usd"], alice["cost_unknown_requests"], alice["cache_saved_usd"]) == (0.012001, 1, 0.000505)
+    assert (bob["cost_usd"], shown["totals"]["cost_usd"]) == (0.999999, 1.012)
+    assert alice["cache_hit_rate"] == 0.2  # 2 cached of 10 input, in each row
+    query = everything(("client_key",))
+    lines = list(csv.DictReader(io.StringIO(answer_csv(query, store.query(query)))))
+    assert [(r["cost_usd"], r["cache_saved_usd"]) for r in lines] == [("0.012001", "0.000505"), ("0.999999", "0.000000")]
+
+
+def test_the_recent_list_keeps_each_requests_cost(store: UsageStore) -> None:
+    record = RequestRecord("r1", "alice", "chat_completions", "gpt-4o", False, upstream="main", account="a1",
+                           upstream_model="gpt-4o", status=200, usage=Usage(10, 5))
+    record.cost_micros = 11_340
+    unknown = RequestRecord("r2", "alice", "chat_completions", "gpt-4o", False, status=200, usage=Usage(10, 5))
+    store.add([], [recent_entry(record), recent_entry(unknown)])
+    newest, older = store.recent(2)
+    assert (entry_json(newest)["cost_usd"], entry_json(older)["cost_usd"]) == (None, 0.01134)
+    counted = usage_row(unknown)
+    assert (counted.cost_unknown_requests, counted.cost_micros, counted.price_version) == (1, 0, "")

@@ -2,7 +2,7 @@
 // need no chart library. Colours come from the stylesheet (classes s0…s7), nothing inline.
 
 const SVG = "http://www.w3.org/2000/svg";
-const W = 640, H = 200, LEFT = 48, RIGHT = 8, TOP = 10, BOTTOM = 24;
+const W = 640, H = 200, LEFT = 64, RIGHT = 8, TOP = 10, BOTTOM = 24;
 
 function svg(tag, attrs = {}, text) {
   const node = document.createElementNS(SVG, tag);
@@ -19,6 +19,7 @@ function niceCeil(value) {
 }
 
 function compact(n) {
+  if (n > 0 && n < 1) return String(+n.toPrecision(2)); // dollars: 0.000025
   if (n >= 1e9) return `${+(n / 1e9).toFixed(1)}G`;
   if (n >= 1e6) return `${+(n / 1e6).toFixed(1)}M`;
   if (n >= 1e3) return `${+(n / 1e3).toFixed(1)}k`;

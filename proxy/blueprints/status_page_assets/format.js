@@ -55,6 +55,19 @@ export function count(n) {
   return Number(n).toLocaleString("en-US");
 }
 
+// Dollars as the API gives them (exact to the micro-dollar): "$0.0113", "$12.40", "$1,234".
+export function dollars(n) {
+  if (n === null || n === undefined) return dash;
+  const value = Number(n);
+  if (value === 0) return "$0";
+  const digits = value >= 100 ? 0 : value >= 1 ? 2 : value >= 0.01 ? 4 : 6;
+  return `$${value.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits })}`;
+}
+
+export function percent(ratio) {
+  return `${(ratio * 100).toFixed(ratio >= 0.995 || ratio === 0 ? 0 : 1)}%`;
+}
+
 export function ms(n) {
   if (n === null || n === undefined) return dash;
   return n >= 10000 ? `${(n / 1000).toFixed(1)} s` : `${Math.round(n)} ms`;

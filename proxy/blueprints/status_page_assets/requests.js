@@ -1,7 +1,8 @@
 // The last requests on this host, newest first (GET /admin/requests?limit=100): who (key and
-// address), what, where it went, how it ended and how long it took. No bodies: the API keeps none.
+// address), what, where it went, how it ended, how long it took and what it cost (a dash: no
+// price known, or no usage). No bodies: the API keeps none.
 
-import { clock, count, dash, el, ms } from "./format.js";
+import { clock, count, dash, dollars, el, ms } from "./format.js";
 
 export const REQUESTS_PATH = "requests?limit=100";
 
@@ -25,8 +26,9 @@ export function renderRequests(tbody, doc) {
       el("td", {}, el("span", { class: `badge ${ok ? "active" : "disabled"}`, text: r.outcome ?? dash })),
       el("td", { class: "num", text: ms(r.first_byte_ms) }),
       el("td", { class: "num", text: ms(r.duration_ms) }),
-      el("td", { class: "num", text: tokens }));
+      el("td", { class: "num", text: tokens }),
+      el("td", { class: "num", "data-column": "cost", text: dollars(r.cost_usd) }));
   });
   tbody.replaceChildren(...(rows.length ? rows
-    : [el("tr", {}, el("td", { colspan: 13, class: "muted", text: "No requests yet on this host." }))]));
+    : [el("tr", {}, el("td", { colspan: 14, class: "muted", text: "No requests yet on this host." }))]));
 }

@@ -1,18 +1,22 @@
-// Usage over the last hour / day / 30 days, per client key and per model
-// (GET /admin/usage?since=&until=&group_by=…&bucket=…), as stacked bar charts with a legend that
-// gives each series' totals.
+// Usage over the last hour / day / 30 days, per client key, per model and per account
+// (GET /admin/usage?since=&until=&group_by=…&bucket=…), as stacked bar charts of requests, tokens
+// or spend, with a legend that gives each series' totals: tokens, spend (and requests of unknown
+// cost), the cache hit rate (cached ÷ input tokens) and what the cache saved.
 
 import { stackedBars } from "./charts.js";
-import { count, el } from "./format.js";
+import { count, dollars, el, percent } from "./format.js";
 
 export const RANGES = {
   hour: { step: 60, buckets: 60, bucket: "minute" },
   day: { step: 3600, buckets: 24, bucket: "hour" },
   month: { step: 86400, buckets: 30, bucket: "day" },
 };
-export const GROUPS = ["client_key", "model"];
+export const GROUPS = ["client_key", "model", "account"];
 const MAX_SERIES = 7; // the rest are drawn as one "other" series
-const COUNTERS = ["requests", "errors", "input_tokens", "output_tokens", "cached_tokens", "reasoning_tokens"];
+const COUNTERS = ["requests", "errors", "input_tokens", "output_tokens", "cached_tokens", "reasoning_tokens",
+  "cost_usd", "cost_unknown_requests", "cache_saved_usd"];
+const TITLES = { client_key: "Client key", model: "Model", account: "Account" };
+const UNITS = { requests: "requests", tokens: "tokens", spend: "USD" };
 
 // The query for one chart: whole buckets (UTC-aligned, as the API buckets them), the current one last.
 export function usagePath(range, group, nowSeconds = Date.now() / 1000) {
@@ -30,8 +34,19 @@ function label(date, step) {
 }
 
 function measureOf(row, measure) {
+  if (measure === "spend") return row.cost_usd || 0;
   return measure === "tokens" ? (row.input_tokens || 0) + (row.output_tokens || 0) : row.requests || 0;
 }
+
+// The legend's columns: [heading, value of a series' (or the window's) totals].
+const COLUMNS = [
+  ["Requests", (t) => count(t.requests)], ["Errors", (t) => count(t.errors)],
+  ["Input tokens", (t) => count(t.input_tokens)], ["Output tokens", (t) => count(t.output_tokens)],
+  ["Cached", (t) => count(t.cached_tokens)], ["Reasoning", (t) => count(t.reasoning_tokens)],
+  ["Spend", (t) => dollars(t.cost_usd) + (t.cost_unknown_requests ? ` + ${count(t.cost_unknown_requests)} unpriced` : "")],
+  ["Cache hit", (t) => (t.input_tokens ? percent(t.cached_tokens / t.input_tokens) : "–")],
+  ["Cache saved", (t) => dollars(t.cache_saved_usd)],
+];
 
 export function renderUsage(figure, doc, query, group, measure) {
   const { since, step, buckets } = query;
@@ -58,15 +73,15 @@ export function renderUsage(figure, doc, query, group, measure) {
   }
   stackedBars(figure.querySelector(".chart"), {
     buckets: times.map((time) => ({ time, label: label(time, step) })), series,
-    unit: measure === "tokens" ? "tokens" : "requests", empty: "No requests in this period",
+    unit: UNITS[measure] || "requests", empty: "No requests in this period",
   });
   const totals = doc.totals || {};
   figure.querySelector(".legend").replaceChildren(
-    el("thead", {}, el("tr", {}, el("th"), el("th", { text: group === "model" ? "Model" : "Client key" }),
-      ["Requests", "Errors", "Input tokens", "Output tokens", "Cached", "Reasoning"].map((h) => el("th", { class: "num", text: h })))),
+    el("thead", {}, el("tr", {}, el("th"), el("th", { text: TITLES[group] || group }),
+      COLUMNS.map(([h]) => el("th", { class: "num", text: h })))),
     el("tbody", {}, series.map((s, k) => el("tr", { "data-series": s.name },
       el("td", {}, el("span", { class: `swatch s${k % 8}` })), el("td", { text: s.name }),
-      COUNTERS.map((c) => el("td", { class: "num", text: count(s.totals[c]) }))))),
+      COLUMNS.map(([h, show]) => el("td", { class: "num", "data-column": h, text: show(s.totals) }))))),
     el("tfoot", {}, el("tr", {}, el("td"), el("th", { text: "Total" }),
-      COUNTERS.map((c) => el("td", { class: "num", text: count(totals[c] ?? 0) })))));
+      COLUMNS.map(([h, show]) => el("td", { class: "num", "data-column": h, text: show(totals) })))));
 }

@@ -34,10 +34,17 @@ def usage_from_anthropic(raw: Any) -> Usage | None:
     if not isinstance(raw, dict):
         return None
     cache_read, cache_write = count(raw.get("cache_read_input_tokens")), count(raw.get("cache_creation_input_tokens"))
-    return Usage(input_tokens=count(raw.get("input_tokens")) + cache_read + cache_write,
+    # Of the cache writes, those to the 1-hour cache (billed higher): `cache_creation` splits them by TTL.
+    write_1h = count(obj(raw, "cache_creation").get("ephemeral_1h_input_tokens"))
+    # A message_delta that leaves input out (older API versions send only output_tokens there) must
+    # not make the cache figures look like the whole prompt: no input_tokens, no input figure (0
+    # erases nothing when stream usage is merged).
+    uncached = raw.get("input_tokens")
+    return Usage(input_tokens=count(uncached) + cache_read + cache_write if uncached is not None else 0,
                  output_tokens=count(raw.get("output_tokens")),
                  cache_read_tokens=cache_read, cache_write_tokens=cache_write,
-                 reasoning_tokens=count(obj(raw, "output_tokens_details").get("thinking_tokens")))
+                 reasoning_tokens=count(obj(raw, "output_tokens_details").get("thinking_tokens")),
+                 cache_write_1h_tokens=min(write_1h, cache_write) if cache_write else write_1h)
 
 
 def usage_to_anthropic(usage: Usage) -> dict[str, Any]:
