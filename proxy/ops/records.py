@@ -53,6 +53,7 @@ class RequestRecord:
     status: int = 0  # what the client got (200 for a stream that started, whatever came in-band)
     outcome: str = OK
     usage: Usage | None = None
+    cost_micros: int | None = None  # what the usage cost (proxy.money.cost); None: no usage, or no price
     first_byte_s: float | None = None  # from arrival to the first byte of the answer
     duration_s: float | None = None
     attempts: int = 0
