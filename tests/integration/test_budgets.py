@@ -332,3 +332,24 @@ def test_a_crossing_of_alert_at_is_posted_to_the_webhook_once(demo_upstream: Dem
     (alert,) = _Hook.received
     assert (alert["event"], alert["subject"], alert["window"], alert["alert_at"]) == (
         "budget_alert", "key:team-a", "usd_per_day", 0.5)
+
+
+def test_the_websocket_and_compaction_are_held_to_the_budget(demo_upstream: DemoUpstream, tmp_path: Path) -> None:
+    from websockets.sync.client import connect
+
+    server = start_proxy(config(demo_upstream, {"usd_per_day": 0.0005}), tmp_path)
+    try:
+        rid = uuid.uuid4().hex
+        big = {"model": "demo-model", "max_output_tokens": 100,  # 100 × $20/M alone is over the $0.0005
+               "input": [{"role": "user", "content": "hi [demo:words=2] [demo:pace=0]"}]}
+        with connect(server.url.replace("http://", "ws://") + "/v1/responses", open_timeout=10,
+                     additional_headers={"Authorization": f"Bearer {TEAM}", "X-Request-Id": rid}) as ws:
+            ws.send(json.dumps({"type": "response.create", **big}))
+            error = json.loads(ws.recv(timeout=20))
+        assert error["type"] == "error" and error["status"] == 429
+        assert (error["error"]["type"], error["error"]["code"]) == ("insufficient_quota", "insufficient_quota")
+        assert demo_upstream.requests(f"{rid}-1") == []
+        compact = request(server.url, "POST", "/v1/responses/compact", big, {"Authorization": f"Bearer {TEAM}"})
+        assert compact.status == 429 and compact.json()["error"]["code"] == "insufficient_quota"
+    finally:
+        stop_proxy(server)
