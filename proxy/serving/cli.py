@@ -206,11 +206,21 @@ def _demo(bind: str, upstream_protocol: str) -> int:
     return 0
 
 
+# Demo prices (USD per million tokens) for every model name the simulated upstream answers to.
+DEMO_PRICING = textwrap.dedent("""\
+    pricing:
+      models:
+        "*": {input: 3, output: 15, cached_input: 0.3, cache_write: 3.75}
+    """)
+
+
 def demo_config(upstream_url: str, state_path: str, upstream_protocol: str,
                 admin_key: str | None = None) -> str:
     admin = f"admin_keys: [{admin_key}]\n" if admin_key else ""
     return admin + textwrap.dedent(f"""\
-        client_keys: [{DEMO_CLIENT_KEY}]
+        client_keys:
+          # a small daily budget, to see one refuse: `[demo:output=4000]` with max_tokens 4000 costs $0.06
+          - {{name: demo, key: {DEMO_CLIENT_KEY}, budget: {{usd_per_day: 0.25, alert_at: 0.8}}}}
         state_path: {state_path}
         upstreams:
           - name: demo
@@ -219,7 +229,7 @@ def demo_config(upstream_url: str, state_path: str, upstream_protocol: str,
             accounts:
               - {{id: demo-1, api_key: sk-demo-upstream-1}}
               - {{id: demo-2, api_key: sk-demo-upstream-2}}
-        """)
+        """) + DEMO_PRICING
 
 
 def banner(bind: str, upstream_protocol: str, admin_key: str = "",
