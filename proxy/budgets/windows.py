@@ -113,7 +113,7 @@ def message(refusal: Refusal, key_name: str, now: float) -> str:
     when = ("it never resets (raise the budget to go on)" if ends is None else
             f"it resets at {dt.datetime.fromtimestamp(ends, dt.UTC):%Y-%m-%dT%H:%M:%SZ} "
             f"(in {_duration(ends - now)})")
-    return (f"{who(line.subject, key_name)} has reached its {line.window} budget ({usd(line.limit)} "
+    return (f"{who(line.subject, key_name)} would go over its {line.window} budget ({usd(line.limit)} "
             f"{WORDS[line.window]}): {usd(refusal.spent)} spent and {usd(refusal.reserved)} reserved by requests "
             f"in flight, and this request may cost up to {usd(line.amount)}; {when}.")
 

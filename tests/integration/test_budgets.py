@@ -109,7 +109,7 @@ def held_burst(servers: list[ProxyServer], demo: DemoUpstream, n: int, budget: i
         assert (error["type"], error["code"]) == ("insufficient_quota", "insufficient_quota")
         limit, spent, reserved, cost = refusal_figures(error["message"])
         assert round(cost * 1e6) == worst and round((spent + reserved + cost) * 1e6) > budget == round(limit * 1e6)
-        assert error["message"].startswith("The API key 'team-a' has reached its usd_total budget")
+        assert error["message"].startswith("The API key 'team-a' would go over its usd_total budget")
         resp.close()
     with ThreadPoolExecutor(n) as pool:
         list(pool.map(lambda rid: demo.control(f"/_demo/release?request_id={rid}"), ids))
@@ -242,7 +242,7 @@ def test_the_sdks_raise_what_a_user_expects_and_a_group_holds_across_its_keys(
                 model="demo-model", messages=hi, max_tokens=big)  # type: ignore[arg-type]
         assert chat_refused.value.code == "insufficient_quota" and chat_refused.value.status_code == 429
         said = chat_refused.value.body["message"]  # type: ignore[index]
-        assert said.startswith("The key group 'eng' (which the API key 'team-b' is in) has reached its usd_per_day "
+        assert said.startswith("The key group 'eng' (which the API key 'team-b' is in) would go over its usd_per_day "
                                "budget ($0.002 a UTC day): $" + f"{spent / 1e6:.6f}".rstrip("0") + " spent")
         assert "it resets at " in said
         with pytest.raises(openai.RateLimitError) as responses_refused:

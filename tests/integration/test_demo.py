@@ -124,7 +124,7 @@ def test_the_demo_key_runs_into_its_daily_budget_with_costly_answers(
         assert answered == 4  # $0.24 of the $0.25: a fifth's worst case does not fit
         assert refused.value.code == "insufficient_quota"
         said = refused.value.body["message"]  # type: ignore[index]
-        assert said.startswith("The API key 'demo' has reached its usd_per_day budget ($0.25 a UTC day): $0.24")
+        assert said.startswith("The API key 'demo' would go over its usd_per_day budget ($0.25 a UTC day): $0.24")
         resp = request(server.url, "GET", "/admin/keys", None, {"Authorization": f"Bearer {DEMO_ADMIN_KEY}"})
         (demo,) = resp.json()["data"]
         assert demo["usd_budget"]["usd_per_day"]["spent_usd"] == pytest.approx(0.24, abs=0.001)

@@ -184,6 +184,6 @@ def test_alerts_fire_once_per_crossing_with_the_webhook(tmp_path: Path) -> None:
 def test_the_refusal_names_the_group_and_the_key() -> None:
     refusal = Refusal(Line("group:eng", "usd_total", "total", 5_000_000, 250_000), 4_900_000, 0)
     assert windows.message(refusal, "team", 0.0) == (
-        "The key group 'eng' (which the API key 'team' is in) has reached its usd_total budget ($5.00 in total): "
+        "The key group 'eng' (which the API key 'team' is in) would go over its usd_total budget ($5.00 in total): "
         "$4.90 spent and $0.00 reserved by requests in flight, and this request may cost up to $0.25; it never "
         "resets (raise the budget to go on).")
