@@ -27,7 +27,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import gevent
 
@@ -48,6 +48,7 @@ from proxy.routing import Route
 from proxy.upstream.keeper import blocking, call_store
 
 log = logging.getLogger("proxy.budgets")
+T = TypeVar("T")
 
 
 @dataclass
@@ -102,7 +103,7 @@ class Budgets(Hooks):
         lines = windows.lines(subjects, sizing.amount, now)
         lease = uuid.uuid4().hex
         try:
-            refusal = call_store(self.store, lambda: self.store.admit(lines, lease))
+            refusal = self._call(lambda s: s.admitting(lines, lease), lambda s: s.admit(lines, lease))
         except Exception as exc:
             log.warning("budgets: the budget store does not answer (%s: %s); refusing the request of the budgeted "
                         "key %r", type(exc).__name__, exc, entry.name)
@@ -124,7 +125,8 @@ class Budgets(Hooks):
             return
         cost = self._cost(record, held)
         try:
-            spent = call_store(self.store, lambda: self.store.settle(held.lines, held.lease, cost))
+            spent = self._call(lambda s: s.settling(held.lines, held.lease, cost),
+                               lambda s: s.settle(held.lines, held.lease, cost))
         except Exception as exc:  # its holds expire and are charged in full: never under-counted
             log.warning("budgets: could not settle a request of the key %r (%s: %s); its reservation of %s will be "
                         "charged in full when it expires", held.key, type(exc).__name__, exc,
@@ -137,6 +139,17 @@ class Budgets(Hooks):
                 threshold = alert_at * line.limit
                 if now_spent - cost < threshold <= now_spent:
                     self.alerts.crossed(line, now_spent, alert_at, held.key, self.clock(), held.webhook_url)
+
+    def _call(self, quick: Callable[[Any], Any], call: Callable[[Any], T]) -> T:
+        """`call` on the store — but first, for a store that can (the state file's), `quick`'s
+        operation on this greenlet if the file's write lock is free now: no thread, no wait."""
+        store = self.store
+        at_once = getattr(store, "at_once", None)
+        if at_once is not None:
+            done, result = at_once(quick(store))
+            if done:
+                return result
+        return call_store(store, lambda: call(store))
 
     @staticmethod
     def _cost(record: RequestRecord, held: _Held) -> int:

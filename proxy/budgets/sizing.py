@@ -51,7 +51,7 @@ def asks_to_cache(req: Request | None, body: dict[str, Any]) -> bool:
 def size(routes: Sequence[Route], book: PriceBook, settings: BudgetSettings, input_tokens: int,
          req: Request | None, body: dict[str, Any]) -> Sizing:
     found = Sizing()
-    tokens = math.ceil(input_tokens * (1 + Decimal(str(settings.input_margin))))  # exact: 10 × 1.1 is 11
+    tokens = math.ceil(input_tokens * (1 + Decimal(str(settings.input_margin))))  # exact: 10 * 1.1 is 11
     client_cap = req.max_tokens if req is not None else None
     client_caches = asks_to_cache(req, body)
     for route in routes:
