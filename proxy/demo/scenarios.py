@@ -106,7 +106,8 @@ class DirectiveError(ValueError):
 FLAGS = {"reasoning", "require-reasoning", "parallel", "interleave", "empty", "cite", "length", "fail-midstream",
          "drop", "quirky", "usage-on-finish", "hold", "endless", "cache"}
 # name → (what its value must be, may it be left out)
-VALUES = {"tool": ("text", True), "stop": ("text", True), "chain": ("count", True), "words": ("count", True), "output": ("count", False),
+VALUES = {"tool": ("text", True), "stop": ("text", True), "chain": ("count", True), "words": ("count", True),
+          "output": ("count", False),
           "pace": ("number", False), "prefill": ("number", False), "pause": ("number", False),
           "hang": ("number", True), "status": ("status", True), "status-all": ("status", True)}
 _TAKES = {"count": "a whole number, like =20", "number": "a number of {unit}, like =2",

@@ -47,7 +47,7 @@ BODY = {"model": "demo-model", "stream": True, "stream_options": {"include_usage
 def worst_case(body: dict[str, Any], margin: float = 0.10) -> int:
     """What the proxy reserves for `body`, computed here from its estimate and the prices."""
     estimate = estimate_input_tokens(registry.get("chat_completions").client.decode_request(body))
-    tokens = -(-estimate * int(100 * (1 + margin)) // 100)  # ceil(estimate × 1.1) in integers
+    tokens = -(-estimate * int(100 * (1 + margin)) // 100)  # ceil(estimate x 1.1) in integers
     return tokens * IN + body["max_tokens"] * OUT
 
 
@@ -147,7 +147,7 @@ def free_burst(servers: list[ProxyServer], n: int, budget: int, read_store: Call
     refused = [r.json()["error"]["message"] for r in answers if r.status != 200]
     assert all(r.status in (200, 429) for r in answers)
     for message in refused:
-        limit, spent, reserved, cost = refusal_figures(message)
+        _, spent, reserved, cost = refusal_figures(message)
         assert round(cost * 1e6) == worst and round((spent + reserved + cost) * 1e6) > budget
     spent_now, held_now = read_store()
     assert held_now == 0 and spent_now == before + sum(c for c in costs if c is not None)
@@ -297,7 +297,7 @@ class _Hook(BaseHTTPRequestHandler):
     received: list[dict[str, Any]] = []
     arrived = threading.Event()
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self.received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
         self.send_response(204)
         self.end_headers()
@@ -340,7 +340,7 @@ def test_the_websocket_and_compaction_are_held_to_the_budget(demo_upstream: Demo
     server = start_proxy(config(demo_upstream, {"usd_per_day": 0.0005}), tmp_path)
     try:
         rid = uuid.uuid4().hex
-        big = {"model": "demo-model", "max_output_tokens": 100,  # 100 × $20/M alone is over the $0.0005
+        big = {"model": "demo-model", "max_output_tokens": 100,  # 100 x $20/M alone is over the $0.0005
                "input": [{"role": "user", "content": "hi [demo:words=2] [demo:pace=0]"}]}
         with connect(server.url.replace("http://", "ws://") + "/v1/responses", open_timeout=10,
                      additional_headers={"Authorization": f"Bearer {TEAM}", "X-Request-Id": rid}) as ws:

@@ -71,7 +71,7 @@ def line(subject: str, amount: int, limit: int = 1000, window: str = "usd_per_da
 
 def test_every_store_holds_exactly_the_budget_and_settles_to_the_real_cost(store: BudgetStore) -> None:
     assert [store.admit([line("key:a", 300)], f"l{i}") for i in range(3)] == [None, None, None]
-    refused = store.admit([line("key:a", 300)], "l3")  # 3 × 300 held: 300 more would be 1200 > 1000
+    refused = store.admit([line("key:a", 300)], "l3")  # 3 x 300 held: 300 more would be 1200 > 1000
     assert refused == Refusal(line("key:a", 300), 0, 900)
     assert store.figures([("key:a", "usd_per_day", "d1")]) == {("key:a", "usd_per_day"): (0, 900)}
     assert store.settle([line("key:a", 300)], "l0", 120) == [120]  # the real cost replaces the hold
@@ -150,7 +150,7 @@ def test_the_day_rolls_over_at_utc_midnight_and_the_month_on_the_first(tmp_path:
     run(800)  # 800 µ$ of the day's 1000
     with pytest.raises(Exception, match=r"usd_per_day budget \(\$0\.001 a UTC day\): \$0\.0008 spent .* resets at "
                                         r"2026-02-01T00:00:00Z \(in 0m 10s\)"):
-        run(1)  # the worst case (110 × 3 + 100 × 2 = 530 µ$) would go over
+        run(1)  # the worst case (110 x 3 + 100 x 2 = 530 µ$) would go over
     clock.now += 10  # midnight, and the first of the month: both roll over
     run(400)
     shown = budgets.figures(cfg, windows.subjects(cfg, entry))["key:team"]
@@ -161,7 +161,11 @@ def test_the_day_rolls_over_at_utc_midnight_and_the_month_on_the_first(tmp_path:
 def test_alerts_fire_once_per_crossing_with_the_webhook(tmp_path: Path) -> None:
     posted: list[tuple[str, dict[str, Any]]] = []
     counted: list[tuple[str, str]] = []
-    alerts = Alerts(on_alert=lambda s, w: counted.append((s, w)), post=lambda u, p: posted.append((u, p)) or 200)
+    def post(url: str, payload: dict[str, Any]) -> int:
+        posted.append((url, payload))
+        return 200
+
+    alerts = Alerts(on_alert=lambda s, w: counted.append((s, w)), post=post)
     cfg = config(client_keys=[{"name": "team", "key": "sk-team-0000",
                                "budget": {"usd_per_day": 0.01, "alert_at": 0.5}}],
                  alerts={"webhook_url": "http://127.0.0.1:9/hook"})
