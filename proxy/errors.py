@@ -28,6 +28,7 @@ KIND_STATUS = {
     "request_too_large": 413,
     "unsupported_media_type": 415,
     "rate_limit": 429,
+    "budget": 429,  # a client key's (or its group's) USD budget is spent: each protocol says it as its API does
     "api_error": 500,
     "upstream_error": 502,
     "unavailable": 503,

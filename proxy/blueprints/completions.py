@@ -14,7 +14,8 @@ the hooks exactly once: here for a whole answer or an error, by the relay when a
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -26,6 +27,8 @@ from proxy.blueprints.http import client_key, client_key_name, client_socket, js
 from proxy.blueprints.state import AppState, app_state
 from proxy.config.keys import ClientKey
 from proxy.errors import ProxyError
+from proxy.ir.request import Request
+from proxy.limits.limiter import estimate
 from proxy.ops.hooks import HookSet
 from proxy.ops.log_lines import ENVIRON_KEY
 from proxy.ops.records import OK, RequestRecord
@@ -37,10 +40,27 @@ def admit(state: AppState, entry: ClientKey | None, client: ClientSide, record: 
           body: dict[str, Any]) -> None:
     """What the client's key allows, checked before any upstream: a model outside its `models`
     (403), a request over one of its `limits` (429; else reserved until the request ends,
-    proxy.limits). Every way in to a completion calls it — this endpoint, the Responses WebSocket,
-    compaction — so no transport skips a key's limits."""
+    proxy.limits), over its own or its groups' USD budgets (the protocol's "out of credit" answer;
+    else its worst case reserved until it ends, proxy.budgets). Every way in to a completion calls
+    it — this endpoint, the Responses WebSocket, compaction — so no transport skips them."""
     check_model(entry, record.model)
-    state.limiter.admit(entry, record, lambda: client.decode_request(body), body)
+    decoded = functools.cache(lambda: client.decode_request(body))
+    state.limiter.admit(entry, record, decoded, body)
+    try:
+        state.budgets.admit(state.config, entry, record, state.relay.router.resolve(record.model),
+                            lambda: _or_none(decoded), lambda: estimate(decoded, body), body)
+    except ProxyError as err:
+        status = client.kind_status.get(err.info.kind)
+        if status is not None:  # the status this protocol's API answers the kind with
+            err.info.status = status
+        raise
+
+
+def _or_none(decode: Callable[[], Request]) -> Request | None:
+    try:
+        return decode()
+    except Exception:  # a body its decoder cannot take: sized by its length alone
+        return None
 
 
 @contextmanager

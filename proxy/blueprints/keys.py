@@ -1,14 +1,22 @@
-"""`GET /admin/keys` — the client keys and what each may still use. Admin keys only, as every
-`/admin/` path (proxy.blueprints.http).
+"""`GET /admin/keys` — the client keys and what each may still use, and the key groups' budgets.
+Admin keys only, as every `/admin/` path (proxy.blueprints.http).
 
   GET /admin/keys
       {"data": [{"name", "disabled", "models": [glob…] | null, "limits": {<limit>: value} | null,
-                 "budget": {<limit>: {"limit", "used", "remaining", "resets_in"}} | null}]}
+                 "budget": {<limit>: {"limit", "used", "remaining", "resets_in"}} | null,
+                 "groups": [<group name>…],
+                 "usd_budget": {<window>: {"limit_usd", "spent_usd", "reserved_usd", "remaining_usd",
+                                           "resets_in"}} | null}],
+       "groups": [{"name", "keys": [<key name>…], "usd_budget": {…as above…} | null}]}
 
-`budget` is the shared figures now (every worker, and every host with the Redis backend): for
-`requests_per_minute` / `tokens_per_minute` what the last minute used and in how many seconds it is
-all back, for `tokens_per_day` / `tokens_per_month` what this UTC day or month used and when it
-resets, for `max_concurrent` the requests in flight. Never a key: names only.
+`budget` is the token limits' shared figures now (every worker, and every host with the Redis
+backend): for `requests_per_minute` / `tokens_per_minute` what the last minute used and in how many
+seconds it is all back, for `tokens_per_day` / `tokens_per_month` what this UTC day or month used
+and when it resets, for `max_concurrent` the requests in flight. `usd_budget` is the USD budget
+beside it (proxy.budgets): per window (`usd_per_day`, `usd_per_month`, `usd_total`) what the
+current UTC period spent (settled costs), what requests in flight hold (their worst case), what
+remains, and the seconds until it resets (null for `usd_total`). While the budget store does not
+answer, `usd_budget` is `{"error": "…"}`. Never a key: names only.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from typing import Any
 from flask import Blueprint, Response, jsonify
 
 from proxy.blueprints.state import app_state
+from proxy.budgets.windows import GROUP, KEY, Subject
 
 bp = Blueprint("keys", __name__)
 
@@ -25,13 +34,26 @@ bp = Blueprint("keys", __name__)
 @bp.get("/admin/keys")
 def keys() -> Response:
     state = app_state()
+    config = state.config
+    own = [Subject(KEY, e.name, e.budget) for e in config.client_keys if e.budget is not None]
+    teams = [Subject(GROUP, g.name, g.budget) for g in config.key_groups if g.budget is not None]
+    try:
+        usd: dict[str, Any] = state.budgets.figures(config, own + teams)
+        unavailable = None
+    except Exception as exc:
+        usd, unavailable = {}, {"error": f"the budget store does not answer ({type(exc).__name__})"}
     rows: list[dict[str, Any]] = []
-    for entry in state.config.client_keys:
+    for entry in config.client_keys:
         limits = entry.limits
         rows.append({
             "name": entry.name, "disabled": entry.disabled,
             "models": list(entry.models) if entry.models is not None else None,
             "limits": dict(limits.items()) if limits is not None else None,
             "budget": state.limiter.status(entry),
+            "groups": [g.name for g in config.key_groups if entry.name in g.keys],
+            "usd_budget": None if entry.budget is None else unavailable or usd.get(f"{KEY}:{entry.name}"),
         })
-    return jsonify({"data": rows})
+    groups = [{"name": g.name, "keys": list(g.keys),
+               "usd_budget": None if g.budget is None else unavailable or usd.get(f"{GROUP}:{g.name}")}
+              for g in config.key_groups]
+    return jsonify({"data": rows, "groups": groups})

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from flask import Flask, current_app
 
 from proxy.blueprints.auth import KeyChecker
+from proxy.budgets.guard import Budgets
 from proxy.config import Config
 from proxy.conversations.store import ResponseStore
 from proxy.limits.limiter import Limiter
@@ -57,6 +58,7 @@ class AppState:
     usage: UsageWriter | None  # the usage rows and recent requests, to the state store; None: usage.enabled false
     live: LiveGauges  # streams open and workers alive, over the instance's workers
     limiter: Limiter  # client keys' limits (proxy.limits)
+    budgets: Budgets  # client keys' and key groups' USD budgets (proxy.budgets)
     reloader: Reloading  # lives as long as the app: every reload carries it over
     prices: PriceBook  # the config's prices (proxy.money.prices): built again by a reload
     store_health: StoreHealth  # whether the state store answers now (Redis, with backend redis)

@@ -33,6 +33,9 @@ and, once the last message is the tool's result, answers in text. Directives in 
   drop              close the connection mid-stream, without finish or [DONE]
   quirky            the compatible-server quirks the proxy normalises (see chat passthrough)
   usage-on-finish   usage on the finish chunk instead of its own chunk
+  output=N          report N output tokens in the usage (no more than the request's max_tokens, and
+                    DEMO_MAX_OUTPUT without one), the answer itself as usual: a costly request, to run
+                    into a USD budget (the demo key's is small)
   prefill=S         wait S seconds before the first chunk;  pause=S  go silent S s after it
   hold              after the first chunk, wait until POST /_demo/release?request_id=… (tests)
   endless           keep streaming until the client goes away (tests)
@@ -94,6 +97,9 @@ class Plan:
     done: bool = True  # end with data: [DONE]
 
 
+DEMO_MAX_OUTPUT = 4096  # the most output tokens the simulated model reports (`output=N`) without max_tokens
+
+
 class DirectiveError(ValueError):
     """A directive the demo cannot follow; the message says which and what it takes."""
 
@@ -102,6 +108,7 @@ FLAGS = {"reasoning", "require-reasoning", "parallel", "interleave", "empty", "c
          "drop", "quirky", "usage-on-finish", "hold", "endless", "cache"}
 # name → (what its value must be, may it be left out)
 VALUES = {"tool": ("text", True), "stop": ("text", True), "chain": ("count", True), "words": ("count", True),
+          "output": ("count", False),
           "pace": ("number", False), "prefill": ("number", False), "pause": ("number", False),
           "hang": ("number", True), "status": ("status", True), "status-all": ("status", True)}
 _TAKES = {"count": "a whole number, like =20", "number": "a number of {unit}, like =2",
@@ -245,6 +252,9 @@ def plan(body: dict[str, Any], chat_face: bool = True, first_try: bool = True) -
     steps += _tool_steps(calls, chunker, pace, interleave="interleave" in d, first_call=first_call)
 
     prompt_tokens, completion_tokens = _estimate_tokens(body), len(words) + 10 * len(calls)
+    if "output" in d:  # as a model does, never more than the request's cap
+        cap = body.get("max_tokens") or body.get("max_completion_tokens") or body.get("max_output_tokens")
+        completion_tokens = min(int(d["output"]), int(cap) if cap else DEMO_MAX_OUTPUT)
     usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
              "total_tokens": prompt_tokens + completion_tokens,
              "prompt_tokens_details": {"cached_tokens": 0},

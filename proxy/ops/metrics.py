@@ -10,6 +10,8 @@ Owns the metric names, their labels and how a record becomes samples:
   llm_proxy_cost_unknown_requests_total{client_key,upstream,model}      counter, requests with usage
                                                                         but no price
   llm_proxy_cache_saved_usd_total{client_key,upstream}                  counter, dollars cache reads saved
+  llm_proxy_budget_alerts_total{subject,window}                         counter, one per budget window crossing
+                                                                        its alert_at (subject: key:<name>, group:<name>)
   llm_proxy_time_to_first_byte_seconds{client_protocol,upstream}        histogram (answered requests)
   llm_proxy_request_duration_seconds{client_protocol,upstream}          histogram
   llm_proxy_active_streams                                              gauge, streams open now
@@ -214,6 +216,9 @@ class Metrics(Hooks):
         self.duration = Histogram("llm_proxy_request_duration_seconds", "From a request's arrival to its end "
                                   "(a stream's last byte).", ["client_protocol", "upstream"],
                                   buckets=DURATION_BUCKETS, registry=registry)
+        self.budget_alerts = Counter("llm_proxy_budget_alerts", "USD budget windows that crossed their alert_at "
+                                     "share (subject: key:<name> or group:<name>).", ["subject", "window"],
+                                     registry=registry)
         self._models: dict[str, str] = {}
         # Each series' child by its label values: labels() validates and converts its arguments on
         # every call, a third of a request's cost here. As bounded as the label values themselves.
@@ -225,6 +230,10 @@ class Metrics(Hooks):
         if child is None:
             child = self._series[key] = metric.labels(*values)
         return child
+
+    def budget_alert(self, subject: str, window: str) -> None:
+        """A budget's window crossed its alert_at share (proxy/budgets/alerts.py)."""
+        self._child(self.budget_alerts, subject, window).inc()
 
     def attempt(self, record: AttemptRecord) -> None:
         self._child(self.attempts, record.upstream, record.account, record.klass).inc()

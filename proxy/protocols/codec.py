@@ -64,6 +64,9 @@ class ClientSide:
     encode_response: Callable[[Response, Exchange], Answer]
     stream_encoder: Callable[[Exchange], StreamEncoder]
     error_body: Callable[[ErrorInfo], dict[str, Any]]  # the error envelope its SDKs parse
+    # The HTTP status its API answers an error kind with, where it is not the kind's default
+    # (proxy.errors.KIND_STATUS): Anthropic says "out of credit" (kind `budget`) with a 400.
+    kind_status: Mapping[str, int] = field(default_factory=dict)
     # Client headers that go on to an upstream of this same protocol (Anthropic's version and betas).
     forwarded_headers: tuple[str, ...] = ()
     # Request headers a browser client of this protocol sends, to allow in CORS preflight.

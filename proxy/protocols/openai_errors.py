@@ -26,6 +26,7 @@ _TYPES: dict[str, tuple[str, str | None]] = {
     "request_too_large": ("invalid_request_error", "request_too_large"),
     "unsupported_media_type": ("invalid_request_error", "unsupported_media_type"),
     "rate_limit": ("rate_limit_exceeded", "rate_limit_exceeded"),
+    "budget": ("insufficient_quota", "insufficient_quota"),  # what OpenAI answers an account out of credit
     "api_error": ("server_error", None),
     "upstream_error": ("server_error", "upstream_error"),
     "unavailable": ("server_error", "service_unavailable"),

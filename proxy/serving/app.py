@@ -86,6 +86,8 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
     hooks = HookSet([Costing(lambda: app_state(app).prices), LogLines()])
     limiter = stores.limiter  # client keys' limits: charged when each request ends
     hooks.add(limiter)
+    budgets = stores.budgets  # USD budgets: settled to each request's cost when it ends
+    hooks.add(budgets)
     usage_writer = None
     if config.usage.enabled:
         usage_writer = UsageWriter(stores.usage, config.usage.retention_days)
@@ -103,6 +105,7 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
     metrics = Metrics(live, served) if config.metrics.enabled else None
     if metrics is not None:
         hooks.add(metrics)
+        budgets.alerts.on_alert = metrics.budget_alert
     affinity = stores.affinity  # which account served each conversation last
     # states, counters and runtime accounts from before a restart
     parts = config_parts(config, keeper, client, hooks, affinity=affinity)
@@ -116,7 +119,7 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
     install(app, AppState(**parts, response_store=responses_store, keeper=keeper, hooks=hooks, client=client,
                           usage=usage_writer, live=live, metrics=metrics, config_source=source,
                           config_loaded_at=time.time(), config_generation=generation, store_health=stores.health,
-                          limiter=limiter, reloader=Reloader(app)))
+                          limiter=limiter, budgets=budgets, reloader=Reloader(app)))
     http.install(app)
     # the client's address behind nginx / Caddy (server.forwarded_allow_ips): what the access log shows
     app.wsgi_app = forwarded.middleware(app.wsgi_app, config.server.forwarded_allow_ips)  # type: ignore[method-assign]

@@ -227,14 +227,16 @@ def demo_config(upstream_url: str, state_path: str, upstream_protocol: str,
                 admin_key: str | None = None) -> str:
     admin = f"admin_keys: [{admin_key}]\n" if admin_key else ""
     return admin + textwrap.dedent(f"""\
-        client_keys: [{DEMO_CLIENT_KEY}]
+        client_keys:
+          # a small daily budget, to see one refuse: `[demo:output=4000]` with max_tokens 4000 costs $0.06
+          - {{name: demo, key: {DEMO_CLIENT_KEY}, budget: {{usd_per_day: 0.25, alert_at: 0.8}}}}
         state_path: {state_path}
         # Demo prices (USD per million tokens), so /admin/usage and the status page show spend: the
         # simulated upstream is on loopback, so no provider's price list applies to it.
         pricing:
           models:
             demo-reasoner: {{input: 2, cached_input: 0.2, cache_write: 2.5, output: 8}}
-            "*": {{input: 1, cached_input: 0.1, cache_write: 1.25, cache_write_1h: 2, output: 4}}
+            "*": {{input: 3, cached_input: 0.3, cache_write: 3.75, cache_write_1h: 6, output: 15}}
         upstreams:
           - name: demo
             protocol: {upstream_protocol}

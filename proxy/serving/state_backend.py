@@ -2,7 +2,7 @@
 (SQLite) or Redis — picked from the config by one rule, the same for every kind of store.
 
 Owns `KINDS`, the table of the kinds of store (the pool's state, usage, conversations — the
-Responses store —, client key limits, conversation affinity, the cross-host `max_concurrency`
+Responses store —, client key limits, USD budgets, conversation affinity, the cross-host `max_concurrency`
 ledger) with how each is made in memory, in the state file and in Redis; and `open_stores`, which
 opens them once per worker in `create_app` (and for `llm-proxy state export / import`). A new kind
 of store (budgets, runtime keys, audit, a request log) is one entry in `KINDS` and one field of
@@ -33,6 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.budgets.guard import Budgets
+from proxy.budgets.store import SQLiteBudgetStore
 from proxy.config import Config
 from proxy.conversations.redis_store import SharedResponseStore
 from proxy.conversations.store import ResponseStore
@@ -80,6 +82,12 @@ def _redis_limits(o: Opening) -> Any:
     return RedisLimitStore(o.config.state, o.redis)
 
 
+def _redis_budgets(o: Opening) -> Any:
+    from proxy.budgets.redis_store import RedisBudgetStore  # imports redis: only when configured
+
+    return RedisBudgetStore(o.config.state, o.redis)
+
+
 def _redis_affinity(o: Opening) -> Any:
     from proxy.pool.affinity import RedisAffinity  # imports redis: only when configured
 
@@ -100,6 +108,10 @@ KINDS: dict[str, Kind] = {
                           redis=lambda o: SharedResponseStore(o.config.state, *_kept(o), o.health, o.redis)),
     # The consumer (the limiter, the affinity) puts its own memory store last in the chain.
     "limits": Kind(memory=None, sqlite=lambda f, o: SQLiteLimitStore(f), redis=_redis_limits, steps_down=True),
+    # USD budgets: one store, never a stand-in (a budget held per host or per worker is none); while
+    # it does not answer, budgeted requests are refused (proxy/budgets/guard.py).
+    "budgets": Kind(memory=lambda o: SQLiteBudgetStore.in_memory(), sqlite=lambda f, o: SQLiteBudgetStore(f),
+                    redis=_redis_budgets),
     "affinity": Kind(memory=None, sqlite=lambda f, o: SQLiteAffinity(f), redis=_redis_affinity, steps_down=True),
     # max_concurrency beyond this worker; none (this worker's own count) on one host.
     "slots": Kind(memory=None, sqlite=None, redis=lambda o: RedisSlots(o.config.state, o.redis, o.health, o.holder)),
@@ -137,6 +149,7 @@ class Stores:
     holder: str  # this worker, as the leader lease and the slots name it
     limiter: Limiter
     affinity: Affinity
+    budgets: Budgets
     slots: SlotLedger | None = None
     state_file: StateFile | None = None
 
@@ -158,4 +171,5 @@ def open_stores(config: Config) -> Stores:
     limits, affinity = opened["limits"], opened["affinity"]
     return Stores(pool=opened["pool"], usage=opened["usage"], responses=opened["conversations"], health=o.health,
                   holder=holder, slots=opened["slots"], limiter=Limiter.over(limits.local, limits.shared),
-                  affinity=Affinity(affinity.local, affinity.shared), state_file=state_file)
+                  affinity=Affinity(affinity.local, affinity.shared), budgets=Budgets(opened["budgets"]),
+                  state_file=state_file)

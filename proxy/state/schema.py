@@ -1,14 +1,14 @@
 """The layout of the `state_path` SQLite file, and the one way it is created and brought up to date.
 
 Owns every table of the state file — the pool's account and proxy states (proxy/pool/store.py),
-usage and its cost (proxy/ops/usage_store.py), client key limits (proxy/limits/store.py), conversation
-affinity (proxy/pool/affinity.py) — as numbered migrations, and `schema_migrations`, which records
-the ones applied. `migrate` runs in one process before any worker exists (gunicorn's master, at
-start: proxy.serving.master; `llm-proxy state migrate`): it creates the file (owner-only: runtime
-accounts keep their keys in it), switches it to WAL, and applies in one transaction the migrations
-the file lacks. Workers never run DDL or `PRAGMA journal_mode`; they only open the file
-(proxy/state/sqlite.py), which checks it is at `CURRENT_VERSION` first — so workers starting at
-the same moment have nothing to race over.
+usage and its cost (proxy/ops/usage_store.py), client key limits (proxy/limits/store.py), USD
+budgets (proxy/budgets/store.py), conversation affinity (proxy/pool/affinity.py) — as numbered
+migrations, and `schema_migrations`, which records the ones applied. `migrate` runs in one process
+before any worker exists (gunicorn's master, at start: proxy.serving.master; `llm-proxy state
+migrate`): it creates the file (owner-only: runtime accounts keep their keys in it), switches it to
+WAL, and applies in one transaction the migrations the file lacks. Workers never run DDL or
+`PRAGMA journal_mode`; they only open the file (proxy/state/sqlite.py), which checks it is at
+`CURRENT_VERSION` first — so workers starting at the same moment have nothing to race over.
 
 A migration's SQL is frozen text: once released, it is never edited — a change to a table is a new
 migration appended to `MIGRATIONS` (an `ALTER TABLE`, a new table), so a file written by any
@@ -99,6 +99,14 @@ SELECT minute, client_key, client_protocol, model, upstream_model, upstream, acc
 DROP TABLE usage_minutes;
 ALTER TABLE usage_minutes_v3 RENAME TO usage_minutes;
 ALTER TABLE recent_requests ADD COLUMN cost_micros INTEGER;
+"""),
+    (4, "USD budgets: what each key and group spent per window, and the reservations of requests in flight", """
+CREATE TABLE budget_spend (
+    subject TEXT NOT NULL, window TEXT NOT NULL, period TEXT NOT NULL, spent INTEGER NOT NULL,
+    PRIMARY KEY (subject, window, period)) WITHOUT ROWID;
+CREATE TABLE budget_holds (
+    lease TEXT NOT NULL, subject TEXT NOT NULL, window TEXT NOT NULL, period TEXT NOT NULL, amount INTEGER NOT NULL,
+    expires REAL NOT NULL, PRIMARY KEY (subject, window, lease)) WITHOUT ROWID;
 """),
 )
 CURRENT_VERSION = MIGRATIONS[-1][0]

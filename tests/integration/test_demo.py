@@ -12,7 +12,7 @@ from pathlib import Path
 import anthropic
 import pytest
 import yaml
-from openai import BadRequestError, OpenAI
+from openai import BadRequestError, OpenAI, RateLimitError
 
 from proxy.demo.scenarios import ANSWER
 from proxy.serving.cli import DEMO_CLIENT_KEY, demo_config
@@ -119,3 +119,29 @@ def test_the_demo_shows_what_its_requests_cost(demo_proxy: ProxyServer) -> None:
     row = rows["demo-model"]
     assert row["price_version"] == "config" and row["cost_unknown_requests"] == 0
     assert row["cost_usd"] >= (usage.prompt_tokens * 1 + usage.completion_tokens * 4) / 1e6 * 0.5 > 0
+
+
+def test_the_demo_key_runs_into_its_daily_budget_with_costly_answers(
+        demo_upstream: DemoUpstream, tmp_path: Path) -> None:
+    config = yaml.safe_load(demo_config(demo_upstream.url, str(tmp_path / "state.db"), "chat_completions",
+                                        DEMO_ADMIN_KEY))
+    server = start_proxy(config, tmp_path)
+    try:
+        client = openai_client(server)
+        costly = [{"role": "user", "content": "Write a novel. [demo:output=4000] [demo:pace=0] [demo:words=3]"}]
+        answered = 0
+        with pytest.raises(RateLimitError) as refused:
+            for _ in range(10):
+                answer = client.chat.completions.create(model="demo-model", messages=costly,  # type: ignore[arg-type]
+                                                        max_tokens=4000)
+                assert answer.usage is not None and answer.usage.completion_tokens == 4000  # $0.06 at $15/M
+                answered += 1
+        assert answered == 4  # $0.24 of the $0.25: a fifth's worst case does not fit
+        assert refused.value.code == "insufficient_quota"
+        said = refused.value.body["message"]  # type: ignore[index]
+        assert said.startswith("The API key 'demo' would go over its usd_per_day budget ($0.25 a UTC day): $0.24")
+        resp = request(server.url, "GET", "/admin/keys", None, {"Authorization": f"Bearer {DEMO_ADMIN_KEY}"})
+        (demo,) = resp.json()["data"]
+        assert demo["usd_budget"]["usd_per_day"]["spent_usd"] == pytest.approx(0.24, abs=0.001)
+    finally:
+        stop_proxy(server)

@@ -80,5 +80,5 @@ def test_a_kind_that_steps_down_gets_every_reach_it_has() -> None:
 
 
 def test_the_kinds_of_store_are_one_table() -> None:
-    assert set(KINDS) == {"pool", "usage", "conversations", "limits", "affinity", "slots"}
+    assert set(KINDS) == {"pool", "usage", "conversations", "limits", "affinity", "slots", "budgets"}
     assert {name for name, kind in KINDS.items() if kind.steps_down} == {"limits", "affinity"}

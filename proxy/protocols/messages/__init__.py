@@ -76,6 +76,7 @@ CLIENT = ClientSide(
     encode_response=_encode_response,
     stream_encoder=_stream_encoder,
     error_body=error_body,
+    kind_status={"budget": 400},  # Anthropic answers a spent credit balance with invalid_request_error
     # Kept for an Anthropic upstream: any version a client sends (SDKs differ), and its betas.
     forwarded_headers=("anthropic-version", "anthropic-beta"),
     cors_headers=("anthropic-version", "anthropic-beta", "anthropic-dangerous-direct-browser-access"),

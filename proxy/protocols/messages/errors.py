@@ -26,6 +26,7 @@ TYPES = {
     "request_too_large": "request_too_large",
     "unsupported_media_type": "invalid_request_error",
     "rate_limit": "rate_limit_error",
+    "budget": "invalid_request_error",  # Anthropic's answer to an organisation out of credit (HTTP 400)
     "api_error": "api_error",
     "upstream_error": "api_error",
     "unavailable": "overloaded_error",
