@@ -74,7 +74,9 @@ class SQLiteBudgetStore:
         if state_file is None:
             self.blocking = False
             self._db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
-            self._db.executescript(next(sql for version, _, sql in MIGRATIONS if version == 3))
+            # the budget tables alone (the migration that made them), not the whole file's schema
+            tables = next(sql for _, description, sql in MIGRATIONS if description.startswith("USD budgets"))
+            self._db.executescript(tables)
             self._quick: sqlite3.Connection | None = None
         else:
             self._quick = state_file.connect(busy_timeout=0)
