@@ -107,18 +107,23 @@ def test_every_face_of_the_simulated_upstream_answers_a_bad_directive_with_400(
 
 
 def test_the_demo_shows_what_its_requests_cost(demo_proxy: ProxyServer) -> None:
-    """The demo config prices its models (demo prices, `pricing:`), so /admin/usage shows spend."""
+    """The demo config prices its models (demo prices, `pricing:` — $3 in, $15 out per million), so
+    /admin/usage shows spend: exactly the usage the client saw, at those prices."""
+    model = "demo-cost-check"  # a name no other test of the shared demo server uses: one request in its row
     answer = openai_client(demo_proxy).chat.completions.create(
-        model="demo-model", messages=[{"role": "user", "content": "What does this cost? [demo:pace=0]"}])
+        model=model, messages=[{"role": "user", "content": "What does this cost? [demo:pace=0]"}])
     usage = answer.usage
-    assert usage is not None
+    assert usage is not None and usage.prompt_tokens > 0 and usage.completion_tokens > 0
+    details = usage.prompt_tokens_details
+    assert details is None or not details.cached_tokens  # a short prompt: nothing read from a cache
     resp = request(demo_proxy.url, "GET", "/admin/usage?group_by=model,price_version", None,
                    {"Authorization": f"Bearer {DEMO_ADMIN_KEY}"})
     rows = {r["model"]: r for r in resp.json()["rows"]}
     resp.close()
-    row = rows["demo-model"]
-    assert row["price_version"] == "config" and row["cost_unknown_requests"] == 0
-    assert row["cost_usd"] >= (usage.prompt_tokens * 1 + usage.completion_tokens * 4) / 1e6 * 0.5 > 0
+    row = rows[model]
+    assert row["price_version"] == "config" and row["cost_unknown_requests"] == 0 and row["requests"] == 1
+    micros = usage.prompt_tokens * 3 + usage.completion_tokens * 15  # USD per million tokens = micro-dollars
+    assert row["cost_usd"] == micros / 1e6
 
 
 def test_the_demo_key_runs_into_its_daily_budget_with_costly_answers(
