@@ -24,7 +24,7 @@ import textwrap
 from typing import Any
 
 from proxy import __version__
-from proxy.config import ConfigError, reference
+from proxy.config import Config, ConfigError, reference
 from proxy.protocols import registry
 from proxy.serving import master
 from proxy.serving.config_check import checked as load_checked
@@ -96,11 +96,18 @@ def _at_least_one(text: str) -> int:
     return value
 
 
-def _state(action: str, path: str | None, config_path: str) -> int:
+def _loaded(path: str) -> Config | None:
+    """The checked config at `path`, or None once its error is printed (the command then exits 2)."""
     try:
-        config = load_checked(config_path)
+        return load_checked(path)
     except ConfigError as exc:
         print(f"llm-proxy: config error: {exc}", file=sys.stderr)
+        return None
+
+
+def _state(action: str, path: str | None, config_path: str) -> int:
+    config = _loaded(config_path)
+    if config is None:
         return 2
     if action in ("migrate", "check"):
         return _schema(action, config.state_path)
@@ -137,10 +144,8 @@ def _schema(action: str, state_path: str | None) -> int:
 
 
 def _check(path: str) -> int:
-    try:
-        config = load_checked(path)
-    except ConfigError as exc:
-        print(f"llm-proxy: config error: {exc}", file=sys.stderr)
+    config = _loaded(path)
+    if config is None:
         return 2
     accounts = sum(len(u.accounts) for u in config.upstreams)
     print(f"{path}: OK ({len(config.upstreams)} upstream(s), {accounts} account(s))")
@@ -150,10 +155,8 @@ def _check(path: str) -> int:
 
 
 def _prices(path: str) -> int:
-    try:
-        config = load_checked(path)
-    except ConfigError as exc:
-        print(f"llm-proxy: config error: {exc}", file=sys.stderr)
+    config = _loaded(path)
+    if config is None:
         return 2
     from proxy.serving.price_list import listing  # genai-prices and the stores: not for the master's imports
 
@@ -162,10 +165,7 @@ def _prices(path: str) -> int:
 
 
 def _serve(path: str, bind: str | None, workers: int | None) -> int:
-    try:
-        load_checked(path)
-    except ConfigError as exc:
-        print(f"llm-proxy: config error: {exc}", file=sys.stderr)
+    if _loaded(path) is None:
         return 2
     os.environ["LLM_PROXY_CONFIG"] = os.path.abspath(path)
     _run_gunicorn(gunicorn_settings(bind=bind, workers=workers))
