@@ -5,8 +5,9 @@ the SQLite state file (on a pool thread, as in a worker) and with Redis (a local
 
     python bench/budgets_overhead.py [--requests 2000]
 
-Prints, per request: CPU time of this process (every thread: the pool thread's SQLite work
-included), wall time, one request at a time and 16 at once; for Redis, the script calls
+Prints, per request, what budgets add: CPU time of this process (every thread: the pool thread's
+SQLite work included) and wall time, less those of the same loop without budgets (making and
+finishing the request's record), one request at a time and 16 at once; for Redis, the script calls
 Redis received per request (INFO commandstats: EVALSHA, EVAL, SCRIPT — each one round trip).
 Medians of 3 runs. Not part of CI.
 """
@@ -51,17 +52,27 @@ ENTRY = CONFIG.client_keys[0]
 ROUTES = Router(CONFIG.upstreams).resolve("demo-model")
 
 
-def one(budgets: Budgets) -> None:
+def one(budgets: Budgets | None) -> None:
+    """One request's part that budgets see; without `budgets`, the same request's record alone (the baseline)."""
     record = RequestRecord(uuid.uuid4().hex, "bench", "chat_completions", "demo-model", False)
-    budgets.admit(CONFIG, ENTRY, record, ROUTES, lambda: REQUEST, lambda: 300, {})
+    if budgets is not None:
+        budgets.admit(CONFIG, ENTRY, record, ROUTES, lambda: REQUEST, lambda: 300, {})
     record.upstream, record.upstream_model = "u", "demo-model"
     record.finish(200, "ok", Usage(input_tokens=300, output_tokens=50))
-    budgets.request_done(record)
+    if budgets is not None:
+        budgets.request_done(record)
 
 
-def timed(store: BudgetStore, n: int, concurrency: int) -> tuple[float, float]:
-    """(CPU, wall) seconds per request."""
-    budgets = Budgets(store)
+def timed(store: BudgetStore | None, n: int, concurrency: int) -> tuple[float, float]:
+    """(CPU, wall) seconds per request, less the baseline's (the record alone) when `store` is given."""
+    if store is not None:
+        base = timed(None, n, concurrency)
+        cpu, wall = timed_with(Budgets(store), n, concurrency)
+        return cpu - base[0], wall - base[1]
+    return timed_with(None, n, concurrency)
+
+
+def timed_with(budgets: Budgets | None, n: int, concurrency: int) -> tuple[float, float]:
     cpu, wall = time.process_time(), time.perf_counter()
     if concurrency == 1:
         for _ in range(n):

@@ -8,11 +8,16 @@ Owns, for a key under any budget (its own, and each key group's it is in):
   the key or group, the window, what is spent and reserved, and when it resets. A model with no
   price on a route it may take is refused (403) unless `pricing.unknown: allow`. Nothing is retried
   on another account: the request never reaches the relay.
-- as a hook, `request_done` when it ends: the holds replaced by its real cost — `record.cost_micros`
-  (the cost hook runs first), or computed here from its usage when that hook is absent; an
-  answered request whose usage never came is charged what it reserved; a request that failed
-  before any usage is released (charged 0); one whose price is unknown (allowed) is charged 0.
-- alerts: a settlement that takes a window past its `alert_at` share tells `Alerts` once.
+- as a hook, `request_done` when it ends: a `Charge` — its holds to be replaced by its real cost,
+  `record.cost_micros` (the cost hook runs first), or computed here from its usage when that hook
+  is absent; an answered request whose usage never came is charged what it reserved; a request that
+  failed before any usage is released (charged 0); one whose price is unknown (allowed) is charged
+  0. The charge is queued and rides in the worker's next `admit` — one step of the store per
+  request (one Redis round trip, one SQLite transaction) — or goes alone after SETTLE_WITHIN
+  seconds when no request comes, and when the worker exits (`flush_all`). Until then the store
+  counts its holds as reserved: never less than it will be charged, so a budget is never exceeded;
+  another worker may meanwhile refuse a request that the charge would have let in.
+- alerts: the charges that take a window past its `alert_at` share tell `Alerts` once.
 - renewal: the holds of requests still running are renewed every LEASE_TTL / 3 seconds; those of a
   worker that died expire and are charged at their full amount (never lost, never exceeding).
 The store is one, never a stand-in: a budget held per host or per worker is no budget. While it
@@ -24,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -34,8 +39,8 @@ import gevent
 from proxy.budgets import windows
 from proxy.budgets.alerts import Alerts
 from proxy.budgets.sizing import size
-from proxy.budgets.store import LEASE_TTL, BudgetStore
-from proxy.budgets.windows import Line, Subject
+from proxy.budgets.store import LEASE_TTL, BudgetStore, Spent
+from proxy.budgets.windows import Charge, Line, LineId, Subject, line_id
 from proxy.config.keys import ClientKey
 from proxy.config.model import Config
 from proxy.errors import ProxyError
@@ -49,18 +54,57 @@ from proxy.upstream.keeper import blocking, call_store
 
 log = logging.getLogger("proxy.budgets")
 T = TypeVar("T")
+SETTLE_WITHIN = 0.2  # seconds a charge waits for the worker's next admission before going alone
+
+
+@dataclass
+class _Due:
+    """A request that ended, until the store has its charge: what its alerts need beside it."""
+
+    charge: Charge
+    key: str
+    alert_at: dict[str, float] | None  # subject id → its budget's alert_at; None: no budget of it has one
+    webhook_url: str | None
 
 
 @dataclass
 class _Held:
     record: RequestRecord
     key: str
-    lines: list[Line]
+    lines: tuple[Line, ...]
     subjects: list[Subject]
+    alert_at: dict[str, float] | None
     lease: str
     amount: int
     book: PriceBook
     webhook_url: str | None  # the config's alerts.webhook_url when the request arrived
+
+
+class _ConfigView:
+    """One config's prices, and per client key the budgets it falls under (asked by every request)."""
+
+    def __init__(self, config: Config, book: PriceBook) -> None:
+        self.config = config
+        self.book = book
+        self._keys: dict[int, _KeyBudgets] = {}  # by id() of the key's entry (kept in it: ids are reused)
+
+    def of(self, entry: ClientKey) -> _KeyBudgets:
+        found = self._keys.get(id(entry))
+        if found is None or found.entry is not entry:
+            subjects = windows.subjects(self.config, entry)
+            alert_at = {s.id: s.budget.alert_at for s in subjects if s.budget.alert_at is not None}
+            found = self._keys[id(entry)] = _KeyBudgets(entry, subjects, windows.limits(subjects), alert_at or None)
+        return found
+
+
+@dataclass(frozen=True)
+class _KeyBudgets:
+    """The budgets a client key falls under."""
+
+    entry: ClientKey
+    subjects: list[Subject]
+    limits: tuple[windows.Limit, ...]  # what each request's lines are made of
+    alert_at: dict[str, float] | None  # subject id → its alert_at share; None when no budget has one
 
 
 class Budgets(Hooks):
@@ -70,14 +114,20 @@ class Budgets(Hooks):
         self.clock = clock  # wall clock: which UTC day and month a request is charged in
         self.alerts = alerts or Alerts()
         self._open: dict[int, _Held] = {}  # by id() of the request's record
+        self._due: list[_Due] = []  # requests that ended, their charges not yet in the store
+        self._flusher: gevent.Greenlet | None = None
+        _every.add(self)
         self._renewer: gevent.Greenlet | None = None
-        self._books: tuple[int, PriceBook] | None = None
+        self._view: _ConfigView | None = None
 
     def book(self, config: Config) -> PriceBook:
-        """The prices of `config` (built again when a reload brings another)."""
-        if self._books is None or self._books[0] != id(config):
-            self._books = (id(config), PriceBook(config))
-        return self._books[1]
+        return self._of(config).book
+
+    def _of(self, config: Config) -> _ConfigView:
+        """What the guard reads of `config`, made once (again when a reload brings another)."""
+        if self._view is None or self._view.config is not config:
+            self._view = _ConfigView(config, PriceBook(config))
+        return self._view
 
     # ------------------------------------------------------------ the request's start
 
@@ -86,10 +136,12 @@ class Budgets(Hooks):
         """Hold the request's worst case against every budget it falls under, or raise the refusal."""
         if entry is None:
             return
-        subjects = windows.subjects(config, entry)
+        view = self._of(config)
+        found = view.of(entry)
+        subjects = found.subjects
         if not subjects or not routes:  # no budget; or a model no upstream serves (the relay's 404)
             return
-        book = self.book(config)
+        book = view.book
         sizing = size(routes, book, config.budgets, tokens(), request(), body)
         refused = [r for r in sizing.unpriced if not book.unknown_allowed(r.upstream.name)]
         if refused:
@@ -100,45 +152,75 @@ class Budgets(Hooks):
                                   "price under `pricing.models`, or `pricing.unknown: allow`.", "permission",
                              code="model_not_priced")
         now = self.clock()
-        lines = windows.lines(subjects, sizing.amount, now)
-        lease = uuid.uuid4().hex
+        lines = windows.lines(found.limits, sizing.amount, now)
+        due, self._due = self._due, []  # the charges of requests that ended ride in this step
+        charges = [d.charge for d in due]
         try:
-            refusal = self._call(lambda s: s.admitting(lines, lease), lambda s: s.admit(lines, lease))
+            admitted = self._call(lambda s: s.admitting(lines, charges), lambda s: s.admit(lines, charges))
         except Exception as exc:
+            self._due[:0] = due
             log.warning("budgets: the budget store does not answer (%s: %s); refusing the request of the budgeted "
                         "key %r", type(exc).__name__, exc, entry.name)
             raise ProxyError(503, "Budgets cannot be checked now: the proxy's budget store does not answer, so "
                                   f"requests of keys with a USD budget (such as {entry.name!r}) are refused until "
                                   "it does. Retry shortly.", "unavailable", code="budget_store_unavailable",
                              headers={"Retry-After": "5"}) from None
-        if refusal is not None:
-            raise ProxyError(429, windows.message(refusal, entry.name, now), "budget")
-        self._open[id(record)] = _Held(record, entry.name, lines, subjects, lease, sizing.amount, book,
-                                       config.alerts.webhook_url)
+        self._alert(due, admitted.spent)
+        if admitted.refusal is not None:
+            raise ProxyError(429, windows.message(admitted.refusal, entry.name, now), "budget")
+        self._open[id(record)] = _Held(record, entry.name, lines, subjects, found.alert_at, admitted.lease,
+                                       sizing.amount, book, config.alerts.webhook_url)
         self._start_renewer()
 
     # ------------------------------------------------------------ the request's end (a hook)
 
     def request_done(self, record: RequestRecord) -> None:
+        """Its holds are to be replaced by its cost: queued for the store, which gets it with the
+        worker's next admission, or within SETTLE_WITHIN seconds when none comes."""
         held = self._open.pop(id(record), None)
         if held is None or held.record is not record:
             return
-        cost = self._cost(record, held)
-        try:
-            spent = self._call(lambda s: s.settling(held.lines, held.lease, cost),
-                               lambda s: s.settle(held.lines, held.lease, cost))
-        except Exception as exc:  # its holds expire and are charged in full: never under-counted
-            log.warning("budgets: could not settle a request of the key %r (%s: %s); its reservation of %s will be "
-                        "charged in full when it expires", held.key, type(exc).__name__, exc,
-                        windows.usd(held.amount))
+        self._due.append(_Due(Charge(held.lines, held.lease, self._cost(record, held)), held.key, held.alert_at,
+                              held.webhook_url))
+        if self._flusher is None:
+            self._flusher = gevent.spawn_later(SETTLE_WITHIN, self._flush_later)
+
+    def _flush_later(self) -> None:
+        self._flusher = None
+        self.flush()
+        if self._due:  # the store did not answer: try again later (holds expire meanwhile, charged in full)
+            self._flusher = gevent.spawn_later(LEASE_TTL / 3, self._flush_later)
+
+    def flush(self) -> None:
+        """Send the store every charge still queued (the worker exiting calls this too)."""
+        due, self._due = self._due, []
+        if not due:
             return
-        budgets = {s.id: s.budget for s in held.subjects}
-        for line, now_spent in zip(held.lines, spent, strict=True):
-            alert_at = budgets[line.subject].alert_at
-            if alert_at is not None:
-                threshold = alert_at * line.limit
-                if now_spent - cost < threshold <= now_spent:
-                    self.alerts.crossed(line, now_spent, alert_at, held.key, self.clock(), held.webhook_url)
+        charges = [d.charge for d in due]
+        try:
+            spent = self._call(lambda s: s.settling(charges), lambda s: s.settle(charges))
+        except Exception as exc:
+            self._due[:0] = due
+            log.warning("budgets: could not charge %d requests that ended (%s: %s); trying again, and their "
+                        "reservations are charged in full if they expire first", len(due), type(exc).__name__, exc)
+            return
+        self._alert(due, spent)
+
+    def _alert(self, due: Sequence[_Due], spent: Spent) -> None:
+        """Tell `Alerts` of each window the charges took past its `alert_at` share (one per figure)."""
+        told: set[LineId] = set()
+        for d in reversed(due):  # the last charge on a figure names the key that crossed
+            if d.alert_at is None:
+                continue
+            for line in d.charge.lines:
+                at = line_id(line)
+                alert_at = d.alert_at.get(line.subject)
+                if alert_at is None or at in told or at not in spent:
+                    continue
+                now_spent, added = spent[at]
+                if now_spent - added < alert_at * line.limit <= now_spent:
+                    told.add(at)
+                    self.alerts.crossed(line, now_spent, alert_at, d.key, self.clock(), d.webhook_url)
 
     def _call(self, quick: Callable[[Any], Any], call: Callable[[Any], T]) -> T:
         """`call` on the store — but first, for a store that can (the state file's), `quick`'s
@@ -164,6 +246,7 @@ class Budgets(Hooks):
 
     def figures(self, config: Config, subjects: Sequence[Subject]) -> dict[str, dict[str, dict[str, Any]]]:
         """Per subject id, per window: limit, spent, reserved, remaining (USD) and resets_in (seconds)."""
+        self.flush()  # this worker's queued charges first (other workers' go within SETTLE_WITHIN)
         now = self.clock()
         wanted = [(s.id, window, windows.period(window, now)) for s in subjects for window in s.budget.windows()]
         found = call_store(self.store, lambda: self.store.figures(wanted))
@@ -203,6 +286,15 @@ class Budgets(Hooks):
                 self.store.renew(leases)
         except Exception as exc:
             log.warning("budgets: could not renew %d reservations (%s: %s)", len(leases), type(exc).__name__, exc)
+
+
+_every: weakref.WeakSet[Budgets] = weakref.WeakSet()  # this process's, for flush_all
+
+
+def flush_all() -> None:
+    """Charge every request that ended in this process (gunicorn's worker_exit hook calls this)."""
+    for budgets in list(_every):
+        budgets.flush()
 
 
 def real_cost(record: RequestRecord, book: PriceBook) -> int | None:

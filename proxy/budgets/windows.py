@@ -7,7 +7,8 @@ Owns
 - periods: `usd_per_day` counts in the UTC calendar day (`d<days since the epoch>`), `usd_per_month`
   in the UTC calendar month (`m<year*12+month-1>`), `usd_total` for ever (`total`); a request is
   charged in the period it was admitted in, even if it ends after midnight;
-- `Line`: one (subject, window, period, limit, amount) a request reserves;
+- `Line`: one (subject, window, period, limit, amount) a request reserves; `Charge`: what a request
+  that ended owes its lines (its real cost, in place of its holds);
 - the refusal's message: who (the key, or the group and the key in it), which window and its limit,
   what is spent and reserved by requests in flight, what this one may cost, and when the window
   resets (UTC).
@@ -17,7 +18,9 @@ Amounts are integer micro-dollars. Pure.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from proxy.config.keys import ClientKey
 from proxy.config.model import Config
@@ -41,9 +44,9 @@ class Subject:
         return f"{self.kind}:{self.name}"
 
 
-@dataclass(frozen=True, slots=True)
-class Line:
-    """What one request reserves against one window of one subject's budget."""
+class Line(NamedTuple):
+    """What one request reserves against one window of one subject's budget. (A named tuple: a
+    request makes one per window, and its first three fields are the figure it touches.)"""
 
     subject: str  # Subject.id
     window: str  # usd_per_day | usd_per_month | usd_total
@@ -61,6 +64,22 @@ class Refusal:
     reserved: int
 
 
+@dataclass(frozen=True, slots=True)
+class Charge:
+    """A request that ended: its holds (`lease`, on `lines`) to be replaced by what it cost."""
+
+    lines: tuple[Line, ...]
+    lease: str
+    cost: int  # micro-dollars
+
+
+LineId = tuple[str, str, str]  # (subject, window, period): one figure of the store
+
+
+def line_id(line: Line) -> LineId:
+    return line[:3]  # subject, window, period
+
+
 def subjects(config: Config, entry: ClientKey) -> list[Subject]:
     """Every budget the key's requests fall under: its own, then its groups' in config order."""
     found = [Subject(KEY, entry.name, entry.budget)] if entry.budget is not None else []
@@ -70,6 +89,19 @@ def subjects(config: Config, entry: ClientKey) -> list[Subject]:
 
 
 def period(window: str, now: float) -> str:
+    day = int(now // 86400)
+    cached = _periods.get((window, day))
+    if cached is None:
+        cached = _periods[(window, day)] = _period(window, now)
+        if len(_periods) > 64:  # a few days' worth: old ones are never asked again
+            _periods.pop(next(iter(_periods)))
+    return cached
+
+
+_periods: dict[tuple[str, int], str] = {}  # (window, UTC day) → period: every request asks, a day answers
+
+
+def _period(window: str, now: float) -> str:
     if window == DAY:
         return f"d{int(now // 86400)}"
     if window == MONTH:
@@ -88,9 +120,15 @@ def resets_at(window: str, now: float) -> float | None:
     return None
 
 
-def lines(found: list[Subject], amount: int, now: float) -> list[Line]:
-    return [Line(s.id, window, period(window, now), limit, amount)
-            for s in found for window, limit in s.budget.windows().items()]
+Limit = tuple[str, str, int]  # (subject id, window, limit): what a request's lines are made of
+
+
+def limits(found: list[Subject]) -> tuple[Limit, ...]:
+    return tuple((s.id, window, limit) for s in found for window, limit in s.budget.windows().items())
+
+
+def lines(found: Sequence[Limit], amount: int, now: float) -> tuple[Line, ...]:
+    return tuple([Line(subject, window, period(window, now), limit, amount) for subject, window, limit in found])
 
 
 def usd(micros: int) -> str:

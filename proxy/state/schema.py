@@ -108,6 +108,18 @@ CREATE TABLE budget_holds (
     lease TEXT NOT NULL, subject TEXT NOT NULL, window TEXT NOT NULL, period TEXT NOT NULL, amount INTEGER NOT NULL,
     expires REAL NOT NULL, PRIMARY KEY (subject, window, lease)) WITHOUT ROWID;
 """),
+    (5, "USD budgets: what is reserved kept beside what is spent, and per worker (a lease each) for its expiry", """
+ALTER TABLE budget_spend ADD COLUMN held INTEGER NOT NULL DEFAULT 0;
+-- the holds left by the workers of the last run (none runs while the file migrates): charged in full
+INSERT INTO budget_spend (subject, window, period, spent)
+    SELECT subject, window, period, SUM(amount) FROM budget_holds WHERE true GROUP BY subject, window, period
+    ON CONFLICT (subject, window, period) DO UPDATE SET spent = spent + excluded.spent;
+DROP TABLE budget_holds;
+CREATE TABLE budget_workers (worker TEXT NOT NULL PRIMARY KEY, expires REAL NOT NULL) WITHOUT ROWID;
+CREATE TABLE budget_worker_holds (
+    worker TEXT NOT NULL, subject TEXT NOT NULL, window TEXT NOT NULL, period TEXT NOT NULL, held INTEGER NOT NULL,
+    PRIMARY KEY (worker, subject, window, period)) WITHOUT ROWID;
+"""),
 )
 CURRENT_VERSION = MIGRATIONS[-1][0]
 

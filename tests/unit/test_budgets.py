@@ -19,8 +19,8 @@ from proxy.budgets import windows
 from proxy.budgets.alerts import Alerts
 from proxy.budgets.guard import Budgets
 from proxy.budgets.sizing import size
-from proxy.budgets.store import BudgetStore, SQLiteBudgetStore
-from proxy.budgets.windows import Line, Refusal
+from proxy.budgets.store import Admitted, BudgetStore, SQLiteBudgetStore
+from proxy.budgets.windows import Charge, Line, Refusal
 from proxy.config import parse
 from proxy.config.state import StateConfig
 from proxy.ir.request import Message, Request, TextPart
@@ -69,50 +69,118 @@ def line(subject: str, amount: int, limit: int = 1000, window: str = "usd_per_da
     return Line(subject, window, period, limit, amount)
 
 
+def charge(lines: list[Line], lease: str, cost: int) -> Charge:
+    return Charge(tuple(lines), lease, cost)
+
+
 def test_every_store_holds_exactly_the_budget_and_settles_to_the_real_cost(store: BudgetStore) -> None:
-    assert [store.admit([line("key:a", 300)], f"l{i}") for i in range(3)] == [None, None, None]
-    refused = store.admit([line("key:a", 300)], "l3")  # 3 x 300 held: 300 more would be 1200 > 1000
-    assert refused == Refusal(line("key:a", 300), 0, 900)
+    held = [store.admit([line("key:a", 300)]) for _ in range(3)]
+    assert [(a.refusal, a.spent) for a in held] == [(None, {})] * 3 and len({a.lease for a in held}) == 3
+    leases = [a.lease for a in held]
+    refused = store.admit([line("key:a", 300)])  # 3 x 300 held: 300 more would be 1200 > 1000
+    assert refused == Admitted(Refusal(line("key:a", 300), 0, 900), {})
     assert store.figures([("key:a", "usd_per_day", "d1")]) == {("key:a", "usd_per_day"): (0, 900)}
-    assert store.settle([line("key:a", 300)], "l0", 120) == [120]  # the real cost replaces the hold
-    assert store.settle([line("key:a", 300)], "l1", 0) == [120]  # released
+    # the real cost replaces the hold; a request that failed is released (charged 0)
+    assert store.settle([charge([line("key:a", 300)], leases[0], 120)]) == {("key:a", "usd_per_day", "d1"): (120, 120)}
+    assert store.settle([charge([line("key:a", 300)], leases[1], 0)]) == {("key:a", "usd_per_day", "d1"): (120, 0)}
     assert store.figures([("key:a", "usd_per_day", "d1")]) == {("key:a", "usd_per_day"): (120, 300)}
-    assert store.admit([line("key:a", 580)], "l4") is None  # 120 + 300 + 580 = 1000: exactly the budget
-    assert store.admit([line("key:a", 1)], "l5") is not None
+    assert store.admit([line("key:a", 580)]).refusal is None  # 120 + 300 + 580 = 1000: exactly the budget
+    assert store.admit([line("key:a", 1)]).refusal is not None
+
+
+def test_the_charges_of_ended_requests_ride_in_the_next_admission_even_a_refused_one(store: BudgetStore) -> None:
+    first = store.admit([line("key:a", 600)])
+    assert first.refusal is None
+    assert store.admit([line("key:a", 600)]).refusal is not None  # 600 held + 600 > 1000
+    # the first ended having cost 100: charged in the same step as the next admission, which now fits
+    third = store.admit([line("key:a", 600)], [charge([line("key:a", 600)], first.lease, 100)])
+    assert (third.refusal, third.spent) == (None, {("key:a", "usd_per_day", "d1"): (100, 100)})
+    # a refused admission still keeps the charges it carried
+    refused = store.admit([line("key:a", 700)], [charge([line("key:a", 600)], third.lease, 250)])
+    assert refused == Admitted(Refusal(line("key:a", 700), 350, 0), {("key:a", "usd_per_day", "d1"): (350, 250)})
+    assert store.figures([("key:a", "usd_per_day", "d1")]) == {("key:a", "usd_per_day"): (350, 0)}
+
+
+def test_several_charges_on_one_figure_add_up_in_one_step(store: BudgetStore) -> None:
+    leases = [store.admit([line("key:a", 300), line("group:g", 300, 900)]).lease for _ in range(3)]
+    assert all(leases)  # each held
+    spent = store.settle([charge([line("key:a", 300), line("group:g", 300, 900)], lease, cost)
+                          for lease, cost in zip(leases, (10, 20, 30), strict=True)])
+    assert spent == {("key:a", "usd_per_day", "d1"): (60, 60), ("group:g", "usd_per_day", "d1"): (60, 60)}
+    assert store.figures([("key:a", "usd_per_day", "d1"), ("group:g", "usd_per_day", "d1")]) == {
+        ("key:a", "usd_per_day"): (60, 0), ("group:g", "usd_per_day"): (60, 0)}
 
 
 def test_a_request_is_held_against_every_budget_at_once_or_none(store: BudgetStore) -> None:
     both = [line("key:a", 600), line("group:g", 600, limit=1000), line("key:a", 600, 5000, "usd_total", "total")]
-    assert store.admit(both, "x") is None
+    x = store.admit(both)
+    assert x.refusal is None
     other = [line("key:b", 600), line("group:g", 600)]
-    refused = store.admit(other, "y")
+    refused = store.admit(other).refusal
     assert refused is not None and refused.line.subject == "group:g" and refused.reserved == 600
     assert store.figures([("key:b", "usd_per_day", "d1")]) == {("key:b", "usd_per_day"): (0, 0)}  # nothing held
-    assert store.settle(both, "x", 250) == [250, 250, 250]
-    assert store.admit(other, "y") is None  # 250 + 600 ≤ 1000 now
+    assert store.settle([charge(both, x.lease, 250)]) == {("key:a", "usd_per_day", "d1"): (250, 250),
+                                                      ("group:g", "usd_per_day", "d1"): (250, 250),
+                                                      ("key:a", "usd_total", "total"): (250, 250)}
+    assert store.admit(other).refusal is None  # 250 + 600 ≤ 1000 now
 
 
 def test_an_expired_hold_is_charged_in_full_and_a_late_settle_charges_the_difference(
         store: BudgetStore, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(store_module, "LEASE_TTL", -1.0)  # every hold is expired as soon as it is made
     monkeypatch.setattr(redis_budget_module, "LEASE_TTL", -1.0)
-    assert store.admit([line("key:a", 400)], "dead") is None
-    # the worker that held it died: the next call on the subject charges its full amount
+    dead = store.admit([line("key:a", 400)]).lease
+    assert dead
+    # the worker that held it died: the next sweep charges its full amount
     assert store.figures([("key:a", "usd_per_day", "d1")]) == {("key:a", "usd_per_day"): (400, 0)}
-    assert store.settle([line("key:a", 400)], "dead", 150) == [150]  # it did end after all: 400 - 400 + 150
+    # it did end after all: 400 - 400 + 150
+    assert store.settle([charge([line("key:a", 400)], dead, 150)]) == {("key:a", "usd_per_day", "d1"): (150, -250)}
 
 
 def test_the_sqlite_store_renews_holds_and_keeps_spend_across_a_restart(tmp_path: Path) -> None:
     clock = Clock(1000.0)
     first = SQLiteBudgetStore(open_state_file(tmp_path / "s.db"), clock)
-    assert first.admit([line("key:a", 400)], "l") is None
+    lease = first.admit([line("key:a", 400)]).lease
+    assert lease
     clock.now += 10
-    first.renew([("l", ["key:a"])])
+    first.renew([(lease, ["key:a"])])
     clock.now += 10  # 20 s after it was made, 10 after its renewal: still held
     assert first.figures([("key:a", "usd_per_day", "d1")]) == {("key:a", "usd_per_day"): (0, 400)}
-    first.settle([line("key:a", 400)], "l", 77)
+    first.settle([charge([line("key:a", 400)], lease, 77)])
     again = SQLiteBudgetStore(open_state_file(tmp_path / "s.db"), clock)  # a restart
     assert again.figures([("key:a", "usd_per_day", "d1")]) == {("key:a", "usd_per_day"): (77, 0)}
+
+
+def test_a_finished_requests_charge_rides_in_the_next_admission_or_goes_alone_when_flushed(tmp_path: Path) -> None:
+    cfg = config()
+    sent: list[int] = []
+    store = SQLiteBudgetStore(open_state_file(tmp_path / "s.db"))
+    admit, settle = store.admit, store.settle
+
+    def admitting(*args: Any) -> Any:
+        sent.append(1)
+        return admit(*args)
+
+    def settling(*args: Any) -> Any:
+        sent.append(2)
+        return settle(*args)
+
+    store.at_once = None  # type: ignore[assignment]  # every call through the interface, counted
+    store.admit = admitting  # type: ignore[method-assign,assignment]
+    store.settle = settling  # type: ignore[method-assign,assignment]
+    budgets = Budgets(store)
+    (entry, _) = cfg.client_keys
+    routes = Router(cfg.upstreams).resolve("demo-model")
+    for tokens in (1000, 2000, 3000):
+        record = RequestRecord("r", "team", "p", "demo-model", False)
+        budgets.admit(cfg, entry, record, routes, lambda: Request(model="demo-model", max_tokens=1), lambda: 1, {})
+        record.upstream, record.upstream_model = "u", "demo-model"
+        record.finish(200, "ok", Usage(input_tokens=tokens))
+        budgets.request_done(record)
+    assert sent == [1, 1, 1]  # one step of the store per request: the charges rode in the admissions
+    shown = budgets.figures(cfg, windows.subjects(cfg, entry))["key:team"]["usd_per_day"]
+    assert sent == [1, 1, 1, 2]  # the operator's view sends the last one first
+    assert (shown["spent_usd"], shown["reserved_usd"]) == (0.006, 0.0)
 
 
 def test_the_worst_case_takes_the_margin_the_cap_and_the_dearest_route() -> None:
@@ -152,7 +220,7 @@ def test_the_day_rolls_over_at_utc_midnight_and_the_month_on_the_first(tmp_path:
                                         r"2026-02-01T00:00:00Z \(in 0m 10s\)"):
         run(1)  # the worst case (110 x 3 + 100 x 2 = 530 µ$) would go over
     clock.now += 10  # midnight, and the first of the month: both roll over
-    run(400)
+    run(400)  # its charge is queued; the operator's view sends it first
     shown = budgets.figures(cfg, windows.subjects(cfg, entry))["key:team"]
     assert shown["usd_per_day"]["spent_usd"] == 0.0004 and shown["usd_per_month"]["spent_usd"] == 0.0004
     assert shown["usd_per_day"]["resets_in"] == 86400
