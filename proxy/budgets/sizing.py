@@ -19,6 +19,7 @@ amount under `allow`. Pure.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -48,10 +49,15 @@ def asks_to_cache(req: Request | None, body: dict[str, Any]) -> bool:
             or any(isinstance(p, TextPart) and p.cache_control for m in req.messages for p in m.parts))
 
 
+@functools.cache
+def _factor(margin: float) -> Decimal:
+    return 1 + Decimal(str(margin))  # exact: 10 * 1.1 is 11, not 11.000000000000002
+
+
 def size(routes: Sequence[Route], book: PriceBook, settings: BudgetSettings, input_tokens: int,
          req: Request | None, body: dict[str, Any]) -> Sizing:
     found = Sizing()
-    tokens = math.ceil(input_tokens * (1 + Decimal(str(settings.input_margin))))  # exact: 10 * 1.1 is 11
+    tokens = math.ceil(input_tokens * _factor(settings.input_margin))
     client_cap = req.max_tokens if req is not None else None
     client_caches = asks_to_cache(req, body)
     for route in routes:

@@ -266,13 +266,16 @@ def _deltas(charges: Sequence[Charge], live: str) -> tuple[dict[LineId, int], di
     already charged in full), when they add cost - amount and release nothing."""
     spent: dict[LineId, int] = {}
     held: dict[LineId, int] = {}
-    for charge in charges:
-        is_live = charge.lease.startswith(live)
-        for line in charge.lines:
-            at = line_id(line)
-            spent[at] = spent.get(at, 0) + (charge.cost if is_live else charge.cost - line.amount)
-            if is_live:
+    for lines, lease, cost in charges:
+        if lease.startswith(live):
+            for line in lines:
+                at = line_id(line)
+                spent[at] = spent.get(at, 0) + cost
                 held[at] = held.get(at, 0) - line.amount
+        else:
+            for line in lines:
+                at = line_id(line)
+                spent[at] = spent.get(at, 0) + cost - line.amount
     return spent, held
 
 

@@ -64,8 +64,7 @@ class Refusal:
     reserved: int
 
 
-@dataclass(frozen=True, slots=True)
-class Charge:
+class Charge(NamedTuple):
     """A request that ended: its holds (`lease`, on `lines`) to be replaced by what it cost."""
 
     lines: tuple[Line, ...]
