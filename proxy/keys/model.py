@@ -21,7 +21,7 @@ ADMIN, VIEWER = "admin", "viewer"  # admin key roles
 class Secret:
     """One secret a key answers to, as the store keeps it: never the secret itself."""
 
-    digest: str  # hex HMAC-SHA256 of the secret under the install's pepper (proxy/keys/secrets.py)
+    digest: str  # hex HMAC-SHA256 of the secret under the install's pepper
     hint: str  # "sk-…a1b2": enough to tell keys apart, no use for finding one
     until: float | None = None  # None: the current secret; else when it stops (a rotation's grace)
 

@@ -1,6 +1,6 @@
 """Where runtime keys live: the `KeyStore` interface, and its in-memory store (`state_path: null`:
-this worker's alone, lost on restart). The state file's (one host) is proxy/keys/sqlite_store.py,
-Redis's (several hosts) proxy/keys/redis_store.py; the same tests hold all three to the same answers.
+this worker's alone, lost on restart). The state file's (one host) and Redis's (several hosts) sit
+beside it; the same tests hold all three to the same answers.
 
 Owns keeping the snapshot (proxy/keys/model.py) and changing it atomically — a `Change` and its
 `AuditEntry` together, or neither — with a version that goes up with every change (workers poll
