@@ -21,7 +21,7 @@ from typing import Any
 
 from proxy.config.state import StateConfig
 from proxy.config.values import ConfigError
-from proxy.state.redis_connection import key
+from proxy.state.redis_connection import connect, key
 
 PEPPER_BYTES = 32
 
@@ -50,13 +50,20 @@ def ensure_pepper_file(state_path: str) -> None:
 
 def load_pepper(keys_pepper_from_config: str | None, state_path: str | None, redis_client: Any,
                 state_config: StateConfig) -> bytes:
-    """The pepper, by the rule in this module's docstring. `redis_client` is used with backend redis."""
+    """The pepper, by the rule in this module's docstring. With backend redis, `redis_client` is
+    asked (or, None, a client of its own made for the call). Redis' errors are raised."""
     if keys_pepper_from_config is not None:
         return keys_pepper_from_config.encode("utf-8")
-    if state_config.backend == "redis" and redis_client is not None:
-        name = key(state_config, "keys", "pepper")
-        redis_client.set(name, secrets.token_hex(PEPPER_BYTES), nx=True)
-        return _parse(redis_client.get(name), f"Redis key {name}")
+    if state_config.backend == "redis":
+        # never a file or memory instead: a pepper of this host's own would fail every other host's keys
+        client = redis_client if redis_client is not None else connect(state_config)
+        try:
+            name = key(state_config, "keys", "pepper")
+            client.set(name, secrets.token_hex(PEPPER_BYTES), nx=True)
+            return _parse(client.get(name), f"Redis key {name}")
+        finally:
+            if client is not redis_client:
+                client.close()
     if state_path:
         ensure_pepper_file(state_path)
         path = pepper_path(state_path)

@@ -113,3 +113,29 @@ def test_the_master_makes_the_file_before_it_forks_unless_the_config_has_one(tmp
     master._prepare_state(ARBITER, parse({**base_config("http://upstream.invalid/v1", state_path=other),
                                              "keys": {"pepper": "x" * 32}}))
     assert not os.path.exists(pepper_path(other))
+
+
+def test_a_reload_cannot_change_the_pepper_and_never_quotes_it(tmp_path: Path) -> None:
+    import yaml
+
+    from proxy.serving.config_check import for_reload
+
+    path = str(tmp_path / "config.yaml")
+    current = parse({**base_config("http://upstream.invalid/v1", state_path=None), "keys": {"pepper": "a" * 32}})
+    again = yaml.safe_dump({**base_config("http://upstream.invalid/v1", state_path=None),
+                            "keys": {"pepper": "a" * 32, "prefix": "team-"}})
+    assert for_reload(current, path, again).keys.prefix == "team-"  # the prefix of keys made from now on may change
+    with pytest.raises(ConfigError) as caught:
+        for_reload(current, path, yaml.safe_dump({**base_config("http://upstream.invalid/v1", state_path=None),
+                                                  "keys": {"pepper": "b" * 32}}))
+    assert str(caught.value).startswith("keys.pepper: cannot change on a reload")
+    assert "a" * 32 not in str(caught.value) and "b" * 32 not in str(caught.value)
+
+
+def test_with_redis_and_no_client_given_redis_is_still_asked(redis_url: str, tmp_path: Path) -> None:
+    state = StateConfig(backend="redis", url=redis_url, prefix=f"t{uuid.uuid4().hex[:6]}:")
+    client = connect(state)
+    try:
+        assert load_pepper(None, str(tmp_path / "a.db"), None, state) == load_pepper(None, None, client, state)
+    finally:
+        client.close()
