@@ -6,6 +6,7 @@ limited, and purged; what was written is there for a store opened afresh (a rest
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -240,3 +241,30 @@ def test_redis_says_each_new_version_on_its_channel(redis_url: str) -> None:
                                                                         ("message", channel, b"2")]
     listener.close()
     store.client.close()
+
+
+def test_of_workers_creating_one_name_at_once_exactly_one_succeeds(opener: Opener) -> None:
+    """Each worker its own store on the same data, racing: one commit wins the name, the others are
+    told it is taken; names of their own all land, each commit one version."""
+    stores = [opener() for _ in range(8)]
+    start = threading.Barrier(len(stores))
+    outcomes: list[str] = []
+
+    def create(store: KeyStore, i: int) -> None:
+        start.wait()
+        try:
+            store.commit(Change(put_keys=(runtime_key("shared", metadata={"by": i}),), new_keys=("shared",)), entry())
+            outcomes.append("made")
+        except NameTaken:
+            outcomes.append("taken")
+        store.commit(Change(put_keys=(runtime_key(f"own-{i}"),), new_keys=(f"own-{i}",)), entry())
+
+    threads = [threading.Thread(target=create, args=(store, i)) for i, store in enumerate(stores)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sorted(outcomes) == ["made"] + ["taken"] * 7
+    snapshot = opener().snapshot()
+    assert snapshot.version == 9 and len(opener().audit()) == 9
+    assert set(snapshot.keys) == {"shared", *(f"own-{i}" for i in range(8))}
