@@ -35,7 +35,10 @@ from proxy.keys.store import KeyStore, MemoryKeyStore
 from proxy.state.redis_connection import connect
 from tests.state_files import open_state_file
 
-NOW = time.time()  # idempotency records in Redis expire on Redis's clock: times near the real one
+# Redis forgets an idempotency record at its `expires` on its own clock: the test's "now" is a day
+# ahead of the real one, so a record the test keeps for a minute is still there however long the
+# suite ran before this module's tests
+NOW = time.time() + 86400
 
 Opener = Callable[[], KeyStore]
 
