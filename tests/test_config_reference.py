@@ -97,6 +97,7 @@ SECTIONS: dict[str, Callable[[Doc], Doc]] = {
     "key_groups[]": lambda d: key_group(d),
     "key_groups[].budget": lambda d: key_group(d).setdefault("budget", {"usd_total": 5}),
     "alerts": lambda d: d.setdefault("alerts", {}),
+    "keys": lambda d: d.setdefault("keys", {}),
 }
 
 
@@ -288,6 +289,10 @@ FORMS: list[tuple[str, Any, bool]] = [
     ("upstreams.0.accounts.0.proxy", "socks5://127.0.0.1:1080", True),
     ("upstreams.0.base_url", "ftp://example.com", False),
     ("compaction.key", "short", False),
+    ("keys.prefix", "llm_", True),
+    ("keys.prefix", "has space", False),
+    ("keys.pepper", "short", False),
+    ("keys.pepper", "p" * 32, True),
     ("logging.format", "json", True),
     ("usage.retention_days", 0, False),
 ]

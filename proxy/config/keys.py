@@ -9,6 +9,9 @@ never the key — so they must be unique and printable; keys must be unique (two
 could not tell which name a request belongs to); `models` are globs over the client's model name
 (the same `fnmatchcase` rules as an upstream's `models.serve`), absent for every model.
 Error messages name the entry by its path (`client_keys[2].models[0]`) and never quote a key.
+And the `keys:` section, which shapes keys made at runtime (proxy/keys/): `prefix` (what their
+secrets start with, default `sk-`) and `pepper` (the install's secret their digests are made with;
+unset: generated once, proxy/keys/pepper.py).
 Import-light: stdlib only.
 """
 
@@ -22,9 +25,11 @@ from typing import Any
 
 from proxy.config.limits import KeyLimits, parse_limits
 from proxy.config.money import Budget, parse_budget
-from proxy.config.values import ConfigError, bool_, join, known, required, str_
+from proxy.config.values import ConfigError, bool_, join, known, mapping, required, str_
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:-]{0,63}$")
+_PREFIX = re.compile(r"^[A-Za-z0-9._-]{1,16}$")
+MIN_PEPPER_CHARS = 32
 
 
 def derived_name(key: str) -> str:
@@ -124,3 +129,28 @@ def _glob(value: Any, path: str) -> str:
         else:
             i += 1
     return value
+
+
+@dataclass(frozen=True)
+class KeysSettings:
+    """The `keys:` section."""
+
+    prefix: str = "sk-"  # what a runtime key's secret starts with: recognisable in logs and secret scanners
+    pepper: str | None = field(default=None, repr=False)  # None: generated once (proxy/keys/pepper.py)
+
+
+def parse_keys_settings(raw: Any, path: str) -> KeysSettings:
+    section = mapping(raw, path)
+    known(section, path, {"prefix", "pepper"})
+    default = KeysSettings()
+    prefix = str_(section.get("prefix", default.prefix), join(path, "prefix"))
+    if not _PREFIX.match(prefix):
+        raise ConfigError(join(path, "prefix"), f"must be 1 to 16 letters, digits or . _ - (got {prefix!r})")
+    pepper = section.get("pepper")
+    if pepper is not None:
+        pepper = str_(pepper, join(path, "pepper"))
+        if len(pepper) < MIN_PEPPER_CHARS:
+            raise ConfigError(join(path, "pepper"), f"must be at least {MIN_PEPPER_CHARS} characters (e.g. the output "
+                                                    "of `openssl rand -hex 32`): every runtime key's digest is made "
+                                                    "with it")
+    return KeysSettings(prefix=prefix, pepper=pepper)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from proxy.config.keys import ClientKey
+from proxy.config.keys import ClientKey, KeysSettings
 from proxy.config.money import Alerts, BudgetSettings, KeyGroup, Pricing
 from proxy.config.observability import LoggingConfig, MetricsConfig
 from proxy.config.pool import PoolConfig
@@ -148,3 +148,4 @@ class Config:
     key_groups: tuple[KeyGroup, ...] = ()  # named sets of client keys, each maybe with a budget
     budgets: BudgetSettings = field(default_factory=BudgetSettings)  # how a reservation is sized
     alerts: Alerts = field(default_factory=Alerts)  # where budget alerts are POSTed
+    keys: KeysSettings = field(default_factory=KeysSettings)  # runtime keys: their prefix and pepper

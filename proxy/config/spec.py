@@ -342,6 +342,17 @@ SPEC = Section((
         _k("retention_days", number(1, whole=True), "Days the per-minute usage figures are kept.", "90",
            applies=("usage.retention_days", 90)),
     )), "Usage accounting."),
+    _k("keys", Section((
+        _k("prefix", {"anyOf": [{"type": "string", "pattern": r"^[A-Za-z0-9._-]{1,16}$"}, ENV]},
+           "What the secret of a key made at runtime starts with (1 to 16 letters, digits or `. _ -`): "
+           "recognisable in logs and by secret scanners.", "`sk-`", applies=("keys.prefix", "sk-")),
+        _k("pepper", {"anyOf": [{"type": "string", "minLength": 32}, ENV]},
+           "The install's secret (at least 32 characters, e.g. `${LLM_PROXY_KEYS_PEPPER}`) that runtime keys are "
+           "stored under: only an HMAC of each secret with it is kept. Unset: generated once — into "
+           "`<state_path>.pepper` (mode 0600), or into Redis with `state.backend: redis`, the same for every host; "
+           "with `state_path: null`, in memory only. Changing it makes every runtime key stop working.",
+           "generated", applies=("keys.pepper", None)),
+    )), "Keys made at runtime through the admin API and `llm-proxy keys`."),
     _k("protocol_plugins", {"type": "array", "items": {"type": "string",
                                                        "pattern": r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$"}},
        "Python modules imported at start, each registering one more protocol — its client endpoint and its "

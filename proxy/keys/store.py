@@ -99,6 +99,9 @@ class MemoryKeyStore:
         found = [e for e in reversed(self._audit)
                  if (since is None or e.at >= since) and (until is None or e.at < until)
                  and (actor is None or e.actor == actor) and (target is None or e.target == target)]
+        # newest first by time (hosts' clocks may not write in order); a stable sort keeps entries of
+        # the same instant later-written first, as the state file and Redis order them
+        found.sort(key=lambda e: e.at, reverse=True)
         return found[:limit]
 
     def purge(self, before: float, now: float) -> int:

@@ -7,8 +7,9 @@ that file, and switching it under them would split the pool's state) or another 
 (the Redis every worker's stores are connected to), other `protocol_plugins` (a protocol's endpoint
 is set up when the app is built), and another `metrics.enabled`, `usage.enabled` or
 `logging.format` (the metrics directory and gunicorn's logger class are set up when gunicorn
-starts). Every refusal is a `ConfigError` naming the
-key, like any other config error, so the caller prints or logs one line.
+starts), and another `keys.pepper` (every runtime key's digest was made with it). Every refusal
+is a `ConfigError` naming the key, like any other config error, so the caller prints or logs one
+line.
 
 Settings that are not in the file at all — bind address, worker count, the `LLM_PROXY_*`
 environment — are gunicorn's, read once when it starts; a reload re-reads only the file.
@@ -38,10 +39,14 @@ FIXED_AT_START: tuple[tuple[str, Callable[[Config], Any], str], ...] = (
     ("logging.format", lambda c: c.logging.format, "gunicorn's logger is chosen when the proxy starts"),
     ("compaction.key", lambda c: c.compaction.key,
      "every worker must seal and open compaction items with the same key"),
+    ("keys.pepper", lambda c: c.keys.pepper,
+     "every runtime key's digest was made with it: another would stop them all matching"),
     ("server.forwarded_allow_ips", lambda c: list(c.server.forwarded_allow_ips),
      "gunicorn and the workers read it when the proxy starts"),
     ("server.tls", lambda c: c.server.tls, "gunicorn opens its TLS context when the proxy starts"),
 )
+
+SECRET_KEYS = {"compaction.key", "keys.pepper"}  # never quoted in the refusal
 
 
 def checked(path: str, text: str | None = None) -> Config:
@@ -67,7 +72,7 @@ def for_reload(current: Config, path: str, text: str | None = None) -> Config:
                                    "worker's stores are opened when it starts; restart the proxy to use another")
     for key, read, why in FIXED_AT_START:
         if read(new) != read(current):
-            shown = "" if key == "compaction.key" else f" (the proxy runs with {read(current)!r})"  # a secret
+            shown = "" if key in SECRET_KEYS else f" (the proxy runs with {read(current)!r})"
             raise ConfigError(key, f"cannot change on a reload{shown}: {why}; restart the proxy to change it")
     return new
 

@@ -8,7 +8,8 @@ Owns what the master does for the proxy, through gunicorn's hooks:
   worker serves one request at a time, so streams and health checks would hang), the control
   socket placed beside the state file (one per instance, rather than gunicorn's per-user default
   that every instance on the machine would share), the state file created and migrated
-  (proxy/state/schema.py — here, once, so workers only open it), and the arbiter's SIGHUP handler
+  (proxy/state/schema.py — here, once, so workers only open it) with the secrets generated beside
+  it (the compaction key, the runtime keys' pepper), and the arbiter's SIGHUP handler
   replaced;
 - SIGHUP: the config reload. gunicorn's own would restart every worker, and the old workers would
   get only `graceful_timeout` to finish their streams — LLM streams run for minutes. Here the
@@ -41,6 +42,7 @@ from proxy import logs
 from proxy.config import Config, ConfigError, load
 from proxy.config.load import read_text
 from proxy.conversations.compaction_key import compaction_secret
+from proxy.keys.pepper import ensure_pepper_file
 from proxy.protocols import registry
 from proxy.serving import config_check, config_snapshots
 from proxy.serving.summary import summary, summary_fields
@@ -112,6 +114,12 @@ def _prepare_state(arbiter: Any, config: Config) -> None:
         compaction_secret(config)
     except OSError as exc:  # the workers try again; a key they cannot read or write stops only them
         arbiter.log.warning("could not prepare the compaction key beside %s (%s); the workers will try", path, exc)
+    # The runtime keys' pepper likewise (with Redis it lives in Redis, the same for every host).
+    if config.keys.pepper is None and config.state.backend != "redis":
+        try:
+            ensure_pepper_file(path)
+        except OSError as exc:
+            arbiter.log.warning("could not prepare the keys' pepper beside %s (%s); the workers will try", path, exc)
 
 
 def _check_redis(arbiter: Any, config: Config) -> None:

@@ -3,14 +3,15 @@
 
 Owns `KINDS`, the table of the kinds of store (the pool's state, usage, conversations — the
 Responses store —, client key limits, USD budgets, conversation affinity, the cross-host `max_concurrency`
-ledger) with how each is made in memory, in the state file and in Redis; and `open_stores`, which
-opens them once per worker in `create_app` (and for `llm-proxy state export / import`). A new kind
-of store (budgets, runtime keys, audit, a request log) is one entry in `KINDS` and one field of
-`Stores`. The connections are opened here, once: the `state_path` file through one `StateFile`
-(proxy/state/sqlite.py: it checks the file is at this code's schema version — gunicorn's master
-created or migrated it before forking, proxy/state/schema.py, the one place the schema is made),
-and with `backend: redis` one Redis client (proxy/state/redis_connection.py: a URL, or Sentinel)
-and one `StoreHealth`, shared by every Redis store.
+ledger, runtime keys with the audit log) with how each is made in memory, in the state file and in
+Redis; and `open_stores`, which opens them once per worker in `create_app` (and for `llm-proxy
+state export / import`). A new kind of store (budgets, runtime keys, audit, a request log) is one
+entry in `KINDS` and one field of `Stores`. The connections are opened here, once: the
+`state_path` file through one `StateFile` (proxy/state/sqlite.py: it checks the file is at this
+code's schema version — gunicorn's master created or migrated it before forking,
+proxy/state/schema.py, the one place the schema is made), and with `backend: redis` one Redis client
+(proxy/state/redis_connection.py: a URL, or Sentinel) and one `StoreHealth`, shared by every Redis
+store.
 
 The rule (`_open`), the same for each kind:
 
@@ -38,6 +39,8 @@ from proxy.budgets.store import SQLiteBudgetStore
 from proxy.config import Config
 from proxy.conversations.redis_store import SharedResponseStore
 from proxy.conversations.store import ResponseStore
+from proxy.keys.sqlite_store import SQLiteKeyStore
+from proxy.keys.store import KeyStore, MemoryKeyStore
 from proxy.limits.limiter import Limiter
 from proxy.limits.store import SQLiteLimitStore
 from proxy.ops.redis_usage_store import RedisUsageStore
@@ -94,6 +97,12 @@ def _redis_affinity(o: Opening) -> Any:
     return RedisAffinity(o.config.state, o.redis)
 
 
+def _redis_keys(o: Opening) -> Any:
+    from proxy.keys.redis_store import RedisKeyStore  # imports redis: only when configured
+
+    return RedisKeyStore(o.config.state, o.redis)
+
+
 def _kept(o: Opening) -> tuple[int, float]:
     return o.config.response_store.max_entries, o.config.response_store.ttl
 
@@ -115,6 +124,9 @@ KINDS: dict[str, Kind] = {
     "affinity": Kind(memory=None, sqlite=lambda f, o: SQLiteAffinity(f), redis=_redis_affinity, steps_down=True),
     # max_concurrency beyond this worker; none (this worker's own count) on one host.
     "slots": Kind(memory=None, sqlite=None, redis=lambda o: RedisSlots(o.config.state, o.redis, o.health, o.holder)),
+    # Runtime keys and the audit log: one store, never a stand-in (a key revoked in Redis must not
+    # live on in a worker's memory); with state_path: null, this worker's alone.
+    "keys": Kind(memory=lambda o: MemoryKeyStore(), sqlite=lambda f, o: SQLiteKeyStore(f), redis=_redis_keys),
 }
 
 
@@ -150,6 +162,7 @@ class Stores:
     limiter: Limiter
     affinity: Affinity
     budgets: Budgets
+    keys: KeyStore
     slots: SlotLedger | None = None
     state_file: StateFile | None = None
 
@@ -172,4 +185,4 @@ def open_stores(config: Config) -> Stores:
     return Stores(pool=opened["pool"], usage=opened["usage"], responses=opened["conversations"], health=o.health,
                   holder=holder, slots=opened["slots"], limiter=Limiter.over(limits.local, limits.shared),
                   affinity=Affinity(affinity.local, affinity.shared), budgets=Budgets(opened["budgets"]),
-                  state_file=state_file)
+                  keys=opened["keys"], state_file=state_file)

@@ -2,7 +2,8 @@
 
 Owns every table of the state file — the pool's account and proxy states (proxy/pool/store.py),
 usage and its cost (proxy/ops/usage_store.py), client key limits (proxy/limits/store.py), USD
-budgets (proxy/budgets/store.py), conversation affinity (proxy/pool/affinity.py) — as numbered
+budgets (proxy/budgets/store.py), conversation affinity (proxy/pool/affinity.py), runtime keys and
+the audit log (proxy/keys/sqlite_store.py) — as numbered
 migrations, and `schema_migrations`, which records the ones applied. `migrate` runs in one process
 before any worker exists (gunicorn's master, at start: proxy.serving.master; `llm-proxy state
 migrate`): it creates the file (owner-only: runtime accounts keep their keys in it), switches it to
@@ -119,6 +120,31 @@ CREATE TABLE budget_workers (worker TEXT NOT NULL PRIMARY KEY, expires REAL NOT 
 CREATE TABLE budget_worker_holds (
     worker TEXT NOT NULL, subject TEXT NOT NULL, window TEXT NOT NULL, period TEXT NOT NULL, held INTEGER NOT NULL,
     PRIMARY KEY (worker, subject, window, period)) WITHOUT ROWID;
+"""),
+    # Structured fields (secrets, globs, limits, budgets, metadata, an audit entry's before/after)
+    # are JSON text: read and written whole, never queried by their parts.
+    (6, "Runtime keys: client keys, key groups and admin keys made at runtime, the overlay on the config's keys, "
+        "when keys were last used, idempotency records, the audit log and the key store's version", """
+CREATE TABLE runtime_keys (
+    name TEXT NOT NULL PRIMARY KEY, secrets TEXT NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL,
+    models TEXT, limits TEXT, budget TEXT, groups TEXT NOT NULL, metadata TEXT NOT NULL,
+    disabled INTEGER NOT NULL, expires_at REAL) WITHOUT ROWID;
+CREATE TABLE runtime_key_groups (
+    name TEXT NOT NULL PRIMARY KEY, keys TEXT NOT NULL, budget TEXT, created_at REAL NOT NULL,
+    updated_at REAL NOT NULL) WITHOUT ROWID;
+CREATE TABLE runtime_admin_keys (
+    name TEXT NOT NULL PRIMARY KEY, secret TEXT NOT NULL, role TEXT NOT NULL, created_at REAL NOT NULL) WITHOUT ROWID;
+CREATE TABLE key_overlays (name TEXT NOT NULL PRIMARY KEY, disabled INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE key_last_used (name TEXT NOT NULL PRIMARY KEY, at REAL NOT NULL) WITHOUT ROWID;
+CREATE TABLE key_idempotency (
+    actor TEXT NOT NULL, key TEXT NOT NULL, fingerprint TEXT NOT NULL, status INTEGER NOT NULL,
+    body_sealed BLOB NOT NULL, expires REAL NOT NULL, PRIMARY KEY (actor, key)) WITHOUT ROWID;
+CREATE TABLE audit_log (
+    id INTEGER PRIMARY KEY, at REAL NOT NULL, actor TEXT NOT NULL, action TEXT NOT NULL, target TEXT NOT NULL,
+    before TEXT, after TEXT, request_id TEXT, client TEXT);
+CREATE INDEX audit_log_at ON audit_log (at);
+CREATE TABLE key_store_version (one INTEGER NOT NULL PRIMARY KEY CHECK (one = 1), version INTEGER NOT NULL);
+INSERT INTO key_store_version (one, version) VALUES (1, 0);
 """),
 )
 CURRENT_VERSION = MIGRATIONS[-1][0]

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from proxy.keys.model import AuditEntry, RuntimeKey, Snapshot
+from proxy.keys.sqlite_store import KEY_COLUMNS, SQLiteKeyStore
 from proxy.ops.usage_store import COUNTERS, DIMENSIONS, TIMINGS, RecentEntry
 from proxy.state import schema
 from proxy.state.schema import CURRENT_VERSION, StateFileError
@@ -218,6 +220,31 @@ def test_the_stores_columns_are_the_migrations_columns(tmp_path: Path) -> None:
     with sqlite3.connect(path) as db:
         assert columns(db, "usage_minutes") == ["minute", *DIMENSIONS, *COUNTERS, *TIMINGS]
         assert columns(db, "recent_requests") == ["id", *(f.name for f in fields(RecentEntry))]
+        # the key store names its columns as the model names its fields
+        assert columns(db, "runtime_keys") == [f.name for f in fields(RuntimeKey)] == list(KEY_COLUMNS)
+        assert columns(db, "audit_log") == ["id", *(f.name for f in fields(AuditEntry))]
+
+
+def test_a_version_5_file_gains_an_empty_key_store_keeping_its_budgets(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Migration 6 adds the runtime keys' tables: a file from before reads back with no runtime key,
+    no audit entry, at version 0 — and what it held stays."""
+    path = str(tmp_path / "state.db")
+    with monkeypatch.context() as patched:  # the file as the release with migrations 1 to 5 left it
+        patched.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:5])
+        patched.setattr(schema, "CURRENT_VERSION", 5)
+        assert schema.migrate(path) == (0, 5)
+    with sqlite3.connect(path) as db:
+        db.execute("INSERT INTO budget_spend (subject, window, period, spent) VALUES ('key:a', 'usd_total', '', 7)")
+    assert schema.migrate(path) == (5, CURRENT_VERSION)
+    state = StateFile.open(path)
+    try:
+        store = SQLiteKeyStore(state)
+        assert store.snapshot() == Snapshot(version=0) and store.audit() == []
+    finally:
+        state.close()
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT spent FROM budget_spend").fetchall() == [(7,)]
 
 
 @pytest.mark.parametrize("error, cause", [

@@ -9,6 +9,9 @@ from typing import Any
 
 from proxy.config import parse
 from proxy.conversations.store import ResponseStore
+from proxy.keys.redis_store import RedisKeyStore
+from proxy.keys.sqlite_store import SQLiteKeyStore
+from proxy.keys.store import MemoryKeyStore
 from proxy.limits.store import MemoryLimitStore, SQLiteLimitStore
 from proxy.ops.sqlite_usage_store import SQLiteUsageStore
 from proxy.ops.usage_store import MemoryUsageStore
@@ -16,6 +19,7 @@ from proxy.pool.affinity import MemoryAffinity, SQLiteAffinity
 from proxy.pool.store import MemoryStore, SQLiteStore
 from proxy.serving.state_backend import KINDS, Chain, Kind, Opening, _open, open_stores
 from proxy.state.health import StoreHealth
+from proxy.state.sqlite import StateFile
 from tests.conftest import base_config
 from tests.state_files import migrated
 
@@ -29,6 +33,7 @@ def test_with_no_state_file_every_store_is_this_workers_memory() -> None:
     assert (type(stores.pool), type(stores.usage), type(stores.responses)) == \
         (MemoryStore, MemoryUsageStore, ResponseStore)
     assert stores.slots is None and stores.state_file is None and stores.health.backend == "sqlite"
+    assert type(stores.keys) is MemoryKeyStore
     assert _chain(stores.limiter) == [MemoryLimitStore]
     assert _chain(stores.affinity) == [MemoryAffinity]
 
@@ -36,7 +41,8 @@ def test_with_no_state_file_every_store_is_this_workers_memory() -> None:
 def test_with_a_state_file_the_stores_that_have_tables_there_use_it(tmp_path: Path) -> None:
     config = parse(base_config("http://upstream.invalid/v1", state_path=migrated(tmp_path / "state.db")))
     stores = open_stores(config)
-    assert (type(stores.pool), type(stores.usage)) == (SQLiteStore, SQLiteUsageStore)
+    assert (type(stores.pool), type(stores.usage), type(stores.keys)) == (SQLiteStore, SQLiteUsageStore,
+                                                                           SQLiteKeyStore)
     assert type(stores.responses) is ResponseStore  # conversations stay in the worker on one host
     assert stores.slots is None and stores.health is stores.state_file.health  # type: ignore[union-attr]
     assert _chain(stores.limiter) == [SQLiteLimitStore, MemoryLimitStore]
@@ -80,5 +86,20 @@ def test_a_kind_that_steps_down_gets_every_reach_it_has() -> None:
 
 
 def test_the_kinds_of_store_are_one_table() -> None:
-    assert set(KINDS) == {"pool", "usage", "conversations", "limits", "affinity", "slots", "budgets"}
+    assert set(KINDS) == {"pool", "usage", "conversations", "limits", "affinity", "slots", "budgets", "keys"}
     assert {name for name, kind in KINDS.items() if kind.steps_down} == {"limits", "affinity"}
+
+
+def test_runtime_keys_live_in_redis_with_backend_redis_even_beside_a_state_file(tmp_path: Path) -> None:
+    """A key revoked on one host must be revoked on every host: the state file is this host's only."""
+    import redis
+
+    config = parse({**base_config("http://upstream.invalid/v1", state_path=migrated(tmp_path / "state.db")),
+                    "state": {"backend": "redis", "url": "redis://127.0.0.1:1/0"}})
+    client = redis.Redis.from_url("redis://127.0.0.1:1/0")  # not connected until used: nothing is sent here
+    state_file = StateFile.open(migrated(tmp_path / "state.db"))
+    try:
+        opened = _open(KINDS["keys"], Opening(config, state_file, client, StoreHealth("redis"), "host:1"))
+    finally:
+        state_file.close()
+    assert type(opened) is RedisKeyStore and opened.client is client and opened.state == config.state
