@@ -95,14 +95,23 @@ def install(app: Flask) -> None:
             raise _refused(ProxyError(401, f"Missing API key{which}: send it as 'Authorization: Bearer <key>' or "
                                            "'x-api-key: <key>'.", "authentication"))
         entry = (admin_keys if admin else client_keys).match(key)
+        if state.keys is not None:  # keys made at runtime (proxy.keys): the file's first, as the overlay leaves them
+            if entry is not None and not admin:
+                entry = state.keys.overlaid(entry)
+                state.keys.used(entry.name)
+            elif entry is None and not admin:
+                entry = state.keys.match_client(key)
         if entry is None:
             which = "an admin key (admin_keys)" if admin else "a client key (client_keys)"
-            raise _refused(ProxyError(401, f"Invalid API key: this endpoint needs {which} from the proxy's config.",
+            where = "the proxy's config" if admin else ("the proxy's config or its key API (a revoked or expired "
+                                                          "key is no longer one)")
+            raise _refused(ProxyError(401, f"Invalid API key: this endpoint needs {which} from {where}.",
                                       "authentication"))
         request.environ[KEY_NAME_ENVIRON] = g.client_key_name = entry.name  # the access log shows it
         if entry.disabled:
-            raise _refused(ProxyError(401, f"The API key {entry.name!r} is disabled in the proxy's config "
-                                           "(client_keys); ask the proxy's operator to enable it.", "authentication"))
+            raise _refused(ProxyError(401, f"The API key {entry.name!r} is disabled (in the proxy's config, or "
+                                           "through its admin API); ask the proxy's operator to enable it.",
+                                      "authentication"))
         g.client_key = entry
         return None
 

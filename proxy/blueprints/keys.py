@@ -16,7 +16,9 @@ and when it resets, for `max_concurrent` the requests in flight. `usd_budget` is
 beside it (proxy.budgets): per window (`usd_per_day`, `usd_per_month`, `usd_total`) what the
 current UTC period spent (settled costs), what requests in flight hold (their worst case), what
 remains, and the seconds until it resets (null for `usd_total`). While the budget store does not
-answer, `usd_budget` is `{"error": "…"}`. Never a key: names only.
+answer, `usd_budget` is `{"error": "…"}`. Keys made at runtime are listed after the file's, and every
+row carries the key's view (proxy.keys.service: origin, hint, created/last used/expires, metadata,
+rotating_until). Never a key or its digest.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from flask import Blueprint, Response, jsonify
 
 from proxy.blueprints.state import app_state
 from proxy.budgets.windows import GROUP, KEY, Subject
+from proxy.keys.service import config_view, runtime_view
 
 bp = Blueprint("keys", __name__)
 
@@ -35,7 +38,12 @@ bp = Blueprint("keys", __name__)
 def keys() -> Response:
     state = app_state()
     config = state.config
-    own = [Subject(KEY, e.name, e.budget) for e in config.client_keys if e.budget is not None]
+    directory = state.keys
+    snapshot = directory.snapshot if directory is not None else None
+    runtime = [e for n in sorted(snapshot.keys) if (e := directory.entry(n)) is not None] \
+        if directory is not None and snapshot is not None else []
+    entries = [*config.client_keys, *runtime]
+    own = [Subject(KEY, e.name, e.budget) for e in entries if e.budget is not None]
     teams = [Subject(GROUP, g.name, g.budget) for g in config.key_groups if g.budget is not None]
     try:
         usd: dict[str, Any] = state.budgets.figures(config, own + teams)
@@ -43,10 +51,15 @@ def keys() -> Response:
     except Exception as exc:
         usd, unavailable = {}, {"error": f"the budget store does not answer ({type(exc).__name__})"}
     rows: list[dict[str, Any]] = []
-    for entry in config.client_keys:
+    for entry in entries:
         limits = entry.limits
+        stored = snapshot.keys.get(entry.name) if snapshot is not None else None
+        last_used = snapshot.last_used.get(entry.name) if snapshot is not None else None
+        view = runtime_view(stored, last_used) if stored is not None else config_view(
+            entry, snapshot.overlays.get(entry.name) if snapshot is not None else None, last_used)
         rows.append({
-            "name": entry.name, "disabled": entry.disabled,
+            **view,
+            "name": entry.name, "disabled": view["disabled"],
             "models": list(entry.models) if entry.models is not None else None,
             "limits": dict(limits.items()) if limits is not None else None,
             "budget": state.limiter.status(entry),

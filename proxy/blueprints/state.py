@@ -19,6 +19,7 @@ from proxy.blueprints.auth import KeyChecker
 from proxy.budgets.guard import Budgets
 from proxy.config import Config
 from proxy.conversations.store import ResponseStore
+from proxy.keys.directory import KeyDirectory
 from proxy.limits.limiter import Limiter
 from proxy.money.prices import PriceBook
 from proxy.ops.hooks import HookSet
@@ -68,6 +69,7 @@ class AppState:
     config_loaded_at: float = 0.0
     config_generation: int = 1
     metrics: Metrics | None = None  # None: metrics.enabled is false
+    keys: KeyDirectory | None = None  # keys made at runtime (proxy.keys): the same across reloads
 
 
 def app_state(app: Flask | None = None) -> AppState:

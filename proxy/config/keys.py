@@ -100,6 +100,16 @@ def _entry(raw: Any, path: str) -> ClientKey:
                      budget=parse_budget(raw.get("budget"), join(path, "budget")))
 
 
+def parse_models(value: Any, path: str) -> tuple[str, ...]:
+    """A key's `models` globs (also for keys made at runtime, proxy/keys/service.py)."""
+    return _models(value, path)
+
+
+def valid_name(name: str) -> bool:
+    """Whether `name` may name a key (it appears in logs and metrics)."""
+    return bool(_NAME.match(name))
+
+
 def _models(value: Any, path: str) -> tuple[str, ...]:
     if isinstance(value, str):
         value = [value]

@@ -26,6 +26,7 @@ from proxy.blueprints import (
     admin,
     admin_status,
     http,
+    key_admin,
     keys,
     messages,
     models,
@@ -42,6 +43,9 @@ from proxy.blueprints.completions import completions_blueprint
 from proxy.blueprints.state import AppState, app_state, install
 from proxy.config import Config
 from proxy.conversations.compaction_key import compaction_secret
+from proxy.keys.directory import KeyDirectory
+from proxy.keys.pepper import load_pepper
+from proxy.keys.store import KeyStore
 from proxy.money.costing import Costing
 from proxy.ops.hooks import HookSet
 from proxy.ops.log_lines import LogLines
@@ -56,10 +60,11 @@ from proxy.serving.parts import config_parts
 from proxy.serving.reconfigure import Reloader
 from proxy.serving.state_backend import open_stores
 from proxy.upstream.client import UpstreamClient
-from proxy.upstream.keeper import PoolKeeper
+from proxy.upstream.keeper import PoolKeeper, call_store
 
 # The endpoints besides each protocol's completion endpoint, one module each.
-ENDPOINTS = (messages, responses, responses_socket, responses_compact, models, admin, metrics_endpoint, admin_status,
+ENDPOINTS = (messages, responses, responses_socket, responses_compact, models, admin, key_admin, metrics_endpoint,
+             admin_status,
              readiness, reload_endpoints, usage, keys, status_page)
 
 
@@ -112,6 +117,9 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
     parts["prices"].warm()  # genai-prices' table, before the first request rather than during it
     if start_background:
         keeper.start()
+    directory = runtime_keys(config, stores.keys)
+    if start_background:
+        directory.start()
     responses_store = stores.responses
     responses_store.sealer = Sealer(compaction_secret(config))
     source = config.source if config.source != "<memory>" else None
@@ -119,7 +127,7 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
     install(app, AppState(**parts, response_store=responses_store, keeper=keeper, hooks=hooks, client=client,
                           usage=usage_writer, live=live, metrics=metrics, config_source=source,
                           config_loaded_at=time.time(), config_generation=generation, store_health=stores.health,
-                          limiter=limiter, budgets=budgets, reloader=Reloader(app)))
+                          limiter=limiter, budgets=budgets, reloader=Reloader(app), keys=directory))
     http.install(app)
     # the client's address behind nginx / Caddy (server.forwarded_allow_ips): what the access log shows
     app.wsgi_app = forwarded.middleware(app.wsgi_app, config.server.forwarded_allow_ips)  # type: ignore[method-assign]
@@ -128,3 +136,11 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
     for module in ENDPOINTS:
         app.register_blueprint(module.bp)
     return app
+
+
+def runtime_keys(config: Config, store: KeyStore) -> KeyDirectory:
+    """The worker's directory of keys made at runtime, current as of now (then kept so by its greenlet)."""
+    pepper = load_pepper(config.keys.pepper, config.state_path, getattr(store, "client", None), config.state)
+    directory = KeyDirectory(store, pepper, call=lambda fn: call_store(store, fn))
+    directory.refresh()
+    return directory

@@ -1,0 +1,165 @@
+"""Client keys issued at runtime, on live servers, as an operator and a client see them: a key
+created through the admin API works at once on every worker; revoked, it gets 401 everywhere
+within a second while a stream it started runs to its end; rotated with a grace, both secrets work
+until the grace ends, then only the new one; an expired key is refused; the audit trail holds
+exactly the changes made, with the admin key's name, and no secret or digest; an Idempotency-Key
+returns the first answer (the same secret) and never mints a second key; bad input is a 400 naming
+the field, with nothing written; a key from the config file can be disabled and enabled at runtime.
+Every response and log line is scanned for the secrets (tests/audit.py) once they are issued."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from proxy.config.keys import derived_name
+from tests import audit
+from tests.conftest import CLIENT_KEY, DemoUpstream, ProxyServer, base_config, start_proxy, stop_proxy
+from tests.wire import request
+
+ADMIN = "sk-admin-runtime-keys"
+ADMIN_NAME = derived_name(ADMIN)  # what the audit names the actor by: never the key
+CONFIG_NAME = derived_name(CLIENT_KEY)  # the config file's client key
+STREAM = {"model": "demo-model", "stream": True,
+          "messages": [{"role": "user", "content": "go [demo:hold] [demo:pace=0] [demo:words=3]"}]}
+
+
+def call(proxy: ProxyServer, method: str, path: str, body: dict[str, Any] | None = None,
+         headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    resp = request(proxy.url, method, path, body, {"Authorization": f"Bearer {ADMIN}", **(headers or {})})
+    try:
+        data = resp.json() if resp.headers.get("content-type", "").startswith("application/json") else resp.body().decode()
+    finally:
+        resp.close()
+    return resp.status, data
+
+
+def create(proxy: ProxyServer, **body: Any) -> str:
+    status, answer = call(proxy, "POST", "/admin/keys", body)
+    assert status == 201, answer
+    secret = answer["secret"]
+    audit.register([secret])  # from now on no response or log line may hold it
+    return str(secret)
+
+
+def works(proxy: ProxyServer, secret: str) -> bool:
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=secret, max_retries=0)
+    try:
+        client.chat.completions.create(model="demo-model", messages=[{"role": "user", "content": "hi [demo:words=1]"}])
+    except openai.AuthenticationError:
+        return False
+    return True
+
+
+def within(seconds: float, check: Callable[[], bool]) -> float:
+    """Seconds until `check` holds (polled), or fails the test after `seconds`."""
+    start = time.monotonic()
+    while not check():
+        assert time.monotonic() - start < seconds, f"not within {seconds}s"
+    return time.monotonic() - start
+
+
+@pytest.fixture
+def proxy(demo_upstream: DemoUpstream, tmp_path: Path) -> Iterator[ProxyServer]:
+    server = start_proxy(base_config(demo_upstream.url, client_keys=[CLIENT_KEY], admin_keys=[ADMIN]), tmp_path,
+                         workers=2)
+    yield server
+    stop_proxy(server)
+
+
+def test_a_created_key_works_at_once_and_a_revoked_one_stops_within_a_second_while_its_stream_ends(
+        proxy: ProxyServer, demo_upstream: DemoUpstream) -> None:
+    secret = create(proxy, name="ci-run-1", models=["demo-*"], metadata={"ticket": "OPS-1"})
+    # two workers: every call may land on either; each must know the key at once or within a poll
+    assert all(works(proxy, secret) for _ in range(6))
+    rid = f"held-{uuid.uuid4().hex}"
+    held = request(proxy.url, "POST", "/v1/chat/completions", STREAM,
+                   {"Authorization": f"Bearer {secret}", "X-Request-Id": rid}, timeout=30)
+    assert held.status == 200
+    held.next_chunk()
+    status, answer = call(proxy, "DELETE", "/admin/keys/ci-run-1")
+    assert (status, answer) == (200, {"name": "ci-run-1", "revoked": True})
+    took = within(1.0, lambda: all(not works(proxy, secret) for _ in range(4)))
+    assert took < 1.0
+    demo_upstream.control(f"/_demo/release?request_id={rid}")
+    assert b"[DONE]" in b"".join(held.rest())  # the stream it started ran to its end
+    held.close()
+
+
+def test_a_rotation_keeps_the_old_secret_for_its_grace_then_only_the_new_one(proxy: ProxyServer) -> None:
+    old = create(proxy, name="rotating")
+    status, answer = call(proxy, "POST", "/admin/keys/rotating/rotate", {"grace_seconds": 2})
+    assert status == 200 and answer["key"]["rotating_until"] is not None
+    new = answer["secret"]
+    audit.register([new])
+    assert new != old and works(proxy, new) and works(proxy, old)
+    within(4.0, lambda: not works(proxy, old))
+    assert works(proxy, new)
+
+
+def test_an_expired_key_is_refused(proxy: ProxyServer) -> None:
+    secret = create(proxy, name="short-lived", expires_at=time.time() + 1.5)
+    assert works(proxy, secret)
+    within(4.0, lambda: not works(proxy, secret))
+    status, view = call(proxy, "GET", "/admin/keys/short-lived")
+    assert status == 200 and view["expires_at"] is not None
+
+
+def test_the_audit_trail_holds_exactly_the_changes_with_their_actor_and_no_secret(proxy: ProxyServer) -> None:
+    secret = create(proxy, name="audited", models=["demo-model"])
+    call(proxy, "PATCH", "/admin/keys/audited", {"models": ["demo-*"], "metadata": {"team": "ml"}})
+    assert works(proxy, CLIENT_KEY)
+    call(proxy, "PATCH", f"/admin/keys/{CONFIG_NAME}", {"disabled": True})  # the config file's key, at runtime
+    within(1.0, lambda: all(not works(proxy, CLIENT_KEY) for _ in range(4)))
+    status, rows = call(proxy, "GET", "/admin/audit?target=key:audited")
+    assert status == 200
+    assert [(r["action"], r["actor"]) for r in rows["data"]] == [("key.update", ADMIN_NAME),
+                                                                  ("key.create", ADMIN_NAME)]
+    assert rows["data"][0]["before"]["models"] == ["demo-model"] and rows["data"][0]["after"]["models"] == ["demo-*"]
+    _, everything = call(proxy, "GET", "/admin/audit")
+    assert [r["action"] for r in everything["data"]] == ["key.disable", "key.update", "key.create"]
+    text = str(everything) + call(proxy, "GET", "/admin/audit?format=csv")[1] + str(call(proxy, "GET", "/admin/keys"))
+    assert secret not in text and "digest" not in text
+    call(proxy, "PATCH", f"/admin/keys/{CONFIG_NAME}", {"disabled": False})
+    within(1.0, lambda: all(works(proxy, CLIENT_KEY) for _ in range(4)))
+
+
+def test_an_idempotency_key_returns_the_first_answer_and_never_mints_a_second_key(proxy: ProxyServer) -> None:
+    headers = {"Idempotency-Key": f"create-{uuid.uuid4().hex}"}
+    first = call(proxy, "POST", "/admin/keys", {"name": "once"}, headers)
+    again = call(proxy, "POST", "/admin/keys", {"name": "once"}, headers)
+    assert first[0] == again[0] == 201 and first[1] == again[1]  # the same key, the same secret
+    audit.register([first[1]["secret"]])
+    other = call(proxy, "POST", "/admin/keys", {"name": "another"}, headers)
+    assert other[0] == 422 and other[1]["error"]["param"] == "Idempotency-Key"
+    _, listed = call(proxy, "GET", "/admin/keys")
+    assert [r["name"] for r in listed["data"]].count("once") == 1
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"name": "x", "colour": "red"}, "colour"),
+    ({"name": "with space"}, "name"),
+    ({"name": CONFIG_NAME}, "name"),  # the config file's key
+    ({"name": "late", "expires_at": "2001-01-01T00:00:00Z"}, "expires_at"),
+    ({"name": "bad-models", "models": []}, "models"),
+])
+def test_bad_input_is_a_400_naming_the_field_and_writes_nothing(proxy: ProxyServer, body: dict[str, Any],
+                                                                 field: str) -> None:
+    status, answer = call(proxy, "POST", "/admin/keys", body)
+    assert status == 400 and answer["error"]["param"] == field, answer
+    _, trail = call(proxy, "GET", "/admin/audit")
+    assert trail["data"] == []
+
+
+def test_a_grace_over_thirty_days_and_a_config_key_revocation_are_refused(proxy: ProxyServer) -> None:
+    create(proxy, name="graceful")
+    status, answer = call(proxy, "POST", "/admin/keys/graceful/rotate", {"grace_seconds": 31 * 86400})
+    assert status == 400 and answer["error"]["param"] == "grace_seconds"
+    status, answer = call(proxy, "DELETE", f"/admin/keys/{CONFIG_NAME}")
+    assert status == 400 and "config file" in answer["error"]["message"]
