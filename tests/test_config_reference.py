@@ -67,6 +67,7 @@ def on_redis(doc: Doc) -> Doc:
 SECTIONS: dict[str, Callable[[Doc], Doc]] = {
     "": lambda d: d,
     "client_keys[]": named_key,
+    "admin_keys[]": lambda d: d.setdefault("admin_keys", [{"name": "ops", "key": "sk-admin-ops-0123"}])[0],
     "client_keys[].limits": lambda d: named_key(d)["limits"],
     "upstreams[]": upstream,
     "upstreams[].accounts[]": lambda d: upstream(d)["accounts"][0],

@@ -113,6 +113,9 @@ def install(app: Flask) -> None:
                                            "through its admin API); ask the proxy's operator to enable it.",
                                       "authentication"))
         g.client_key = entry
+        if admin and entry.role == "viewer" and request.method not in ("GET", "HEAD"):
+            raise ProxyError(403, f"The admin key {entry.name!r} is a viewer: it may read /admin/ and /metrics, not "
+                                  "change anything. Use a key with role admin.", "permission")
         return None
 
     @app.after_request

@@ -106,7 +106,8 @@ def revoke(name: str) -> Response:
 
 @bp.get("/admin/whoami")
 def whoami() -> Response:
-    return jsonify({"name": getattr(g, "client_key_name", None), "role": "admin"})
+    entry = getattr(g, "client_key", None)
+    return jsonify({"name": getattr(g, "client_key_name", None), "role": getattr(entry, "role", None) or "admin"})
 
 
 @bp.get("/admin/audit")

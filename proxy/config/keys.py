@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from typing import Any
 
@@ -45,6 +45,7 @@ class ClientKey:
     disabled: bool = False
     limits: KeyLimits | None = None  # None: no limit of its own
     budget: Budget | None = None  # USD it may spend (proxy/money/); None: no budget of its own
+    role: str | None = None  # admin keys: "admin" (may change things) or "viewer" (may only read); None: a client key
 
     @classmethod
     def plain(cls, key: str) -> ClientKey:
@@ -108,6 +109,40 @@ def parse_models(value: Any, path: str) -> tuple[str, ...]:
 def valid_name(name: str) -> bool:
     """Whether `name` may name a key (it appears in logs and metrics)."""
     return bool(_NAME.match(name))
+
+
+ADMIN_ROLES = ("admin", "viewer")
+
+
+def parse_admin_keys(value: Any, path: str) -> tuple[ClientKey, ...]:
+    """`admin_keys`: plain strings (role admin) or `{name, key, role}` entries, names and keys unique."""
+    if value is None:
+        value = []
+    if isinstance(value, str | dict):
+        value = [value]
+    if not isinstance(value, list):
+        raise ConfigError(path, "must be a list of keys: strings, or {name, key, role} entries")
+    found: list[ClientKey] = []
+    for i, raw in enumerate(value):
+        where = f"{path}[{i}]"
+        if not isinstance(raw, dict):
+            found.append(replace(ClientKey.plain(str_(raw, where)), role="admin"))
+            continue
+        known(raw, where, {"name", "key", "role"})
+        role = str_(raw.get("role", "admin"), join(where, "role"))
+        if role not in ADMIN_ROLES:
+            raise ConfigError(join(where, "role"), f"must be admin (may change things) or viewer (may only read), "
+                                                   f"not {role!r}")
+        entry = _entry({"name": required(raw, "name", where), "key": required(raw, "key", where)}, where)
+        found.append(replace(entry, role=role))
+    names = [k.name for k in found]
+    secrets = [k.key for k in found]
+    for i, entry in enumerate(found):
+        if names.index(entry.name) != i:
+            raise ConfigError(f"{path}[{i}]", f"the name {entry.name!r} is already used; names must be unique")
+        if secrets.index(entry.key) != i:
+            raise ConfigError(f"{path}[{i}]", f"the same key as {path}[{secrets.index(entry.key)}]")
+    return tuple(found)
 
 
 def _models(value: Any, path: str) -> tuple[str, ...]:

@@ -20,7 +20,7 @@ import yaml
 from proxy.config import presets as model_presets
 from proxy.config import unsupported as unsupported_fields
 from proxy.config.compaction import parse_compaction
-from proxy.config.keys import parse_client_keys, parse_keys_settings
+from proxy.config.keys import parse_admin_keys, parse_client_keys, parse_keys_settings
 from proxy.config.model import (
     MAX_TOKENS_FIELDS,
     PROMPT_CACHE_MODES,
@@ -47,7 +47,6 @@ from proxy.config.values import (
     choice,
     expand,
     int_,
-    keys,
     known,
     mapping,
     number,
@@ -107,7 +106,7 @@ def parse(raw: Any, environ: Mapping[str, str] | None = None, source: str = "<me
         },
     )
     client_keys = parse_client_keys(top.get("client_keys"), "client_keys")
-    admin_keys = keys(top.get("admin_keys", []), "admin_keys", at_least_one=False)
+    admin_keys = parse_admin_keys(top.get("admin_keys", []), "admin_keys")
     timeouts = _timeouts(top.get("timeouts", {}), "timeouts", Timeouts(), top_level=True)
     proxies = () if top.get("proxies") is None else proxy_urls(top["proxies"], "proxies")
     upstream_list = top.get("upstreams")

@@ -122,7 +122,7 @@ class Upstream:
 class Config:
     client_keys: tuple[ClientKey, ...] = field(repr=False)  # proxy.config.keys: named, maybe restricted
     upstreams: tuple[Upstream, ...]
-    admin_keys: tuple[str, ...] = field(default=(), repr=False)
+    admin_keys: tuple[ClientKey, ...] = field(default=(), repr=False)  # with a role: admin | viewer
     max_body_bytes: int = 32 * 2**20
     max_response_bytes: int = 64 * 2**20  # a non-streamed upstream answer beyond this is refused, not buffered
     timeouts: Timeouts = field(default_factory=Timeouts)

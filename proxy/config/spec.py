@@ -59,6 +59,14 @@ CLIENT_KEY = Section((
                          "Anthropic 400) when that would not fit. See [Money](money.md#budgets)."),
 ), or_string="a key alone; its name in logs is `key-` and a hash prefix")
 
+ADMIN_KEY = Section((
+    _k("name", STRING, "Shown in logs and the audit trail instead of the key: 1 to 64 letters, digits or "
+                       "`. _ @ : -`, unique.", "—", required=True),
+    _k("key", STRING, "The secret presented for `/admin/` and `/metrics` (`${ADMIN_KEY_OPS}`).", "—", required=True),
+    _k("role", one_of(("admin", "viewer")), "`admin` may change things; `viewer` may only read `/admin/` (GET), "
+                                        "`/metrics` and the status page.", "admin"),
+), or_string="a key alone, role admin; its name is `key-` and a hash prefix")
+
 ACCOUNT = Section((
     _k("id", STRING, "The account's name in logs, the admin API and the status page; unique within the "
                      "upstream.", "—", required=True),
@@ -259,9 +267,10 @@ SPEC = Section((
                                   "disabled, or limited. Logs and usage show the name (a plain string's is `key-` "
                                   "and a hash prefix), never the key.", "—", required=True,
        listed="list_or_one"),
-    _k("admin_keys", one_or_list(STRING, non_empty=False),
+    _k("admin_keys", ADMIN_KEY,
        "Keys for `/admin/` (the admin API and the status page) and `GET /metrics`; without any, the admin API "
-       "and the status page are off."),
+       "and the status page are off. A `viewer` may only read (GET); an `admin` may change things too. See "
+       "[Operating it](operating.md).", listed="list_or_one"),
     _k("upstreams", UPSTREAM, "The backends requests go to, each with its pool of accounts.", "—", required=True,
        listed="list"),
     _k("proxies", one_or_list(STRING), "Outbound proxy URLs (tried in order) for every account that names none of "

@@ -163,3 +163,55 @@ def test_a_grace_over_thirty_days_and_a_config_key_revocation_are_refused(proxy:
     assert status == 400 and answer["error"]["param"] == "grace_seconds"
     status, answer = call(proxy, "DELETE", f"/admin/keys/{CONFIG_NAME}")
     assert status == 400 and "config file" in answer["error"]["message"]
+
+
+def test_two_hosts_on_one_redis_share_keys_and_a_revocation(demo_upstream: DemoUpstream, redis_url: str,
+                                                            tmp_path: Path) -> None:
+    cfg = base_config(demo_upstream.url, client_keys=[CLIENT_KEY], admin_keys=[ADMIN],
+                      state={"backend": "redis", "url": redis_url, "prefix": f"rk{uuid.uuid4().hex[:6]}:"})
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()  # separate state directories: only Redis is shared (the pepper too)
+    host_a = start_proxy(dict(cfg), tmp_path / "a", workers=2)
+    host_b = start_proxy(dict(cfg), tmp_path / "b", workers=2)
+    try:
+        secret = create(host_a, name="shared")
+        assert all(works(host_b, secret) for _ in range(4))  # made on one host, at once on the other
+        assert call(host_b, "DELETE", "/admin/keys/shared")[0] == 200
+        within(1.0, lambda: all(not works(h, secret) for h in (host_a, host_b) for _ in range(2)))
+        _, trail_a = call(host_a, "GET", "/admin/audit")
+        assert [r["action"] for r in trail_a["data"]] == ["key.revoke", "key.create"]  # one trail
+    finally:
+        stop_proxy(host_a)
+        stop_proxy(host_b)
+
+
+def test_a_viewer_reads_but_changes_nothing_and_sees_no_secret(demo_upstream: DemoUpstream, tmp_path: Path) -> None:
+    viewer = "sk-viewer-runtime-keys"
+    server = start_proxy(base_config(demo_upstream.url, client_keys=[CLIENT_KEY],
+                                     admin_keys=[ADMIN, {"name": "auditor", "key": viewer, "role": "viewer"}]),
+                         tmp_path)
+    audit.register([viewer])
+    try:
+        secret = create(server, name="watched")
+
+        def as_viewer(method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
+            resp = request(server.url, method, path, body, {"Authorization": f"Bearer {viewer}"})
+            try:
+                return resp.status, resp.json()
+            finally:
+                resp.close()
+
+        assert as_viewer("GET", "/admin/whoami") == (200, {"name": "auditor", "role": "viewer"})
+        listed = as_viewer("GET", "/admin/keys")
+        assert listed[0] == 200 and "watched" in [r["name"] for r in listed[1]["data"]]
+        assert as_viewer("GET", "/admin/audit")[0] == 200
+        for method, path, body in (("POST", "/admin/keys", {"name": "nope"}),
+                                   ("PATCH", "/admin/keys/watched", {"disabled": True}),
+                                   ("POST", "/admin/keys/watched/rotate", {"grace_seconds": 0}),
+                                   ("DELETE", "/admin/keys/watched", None), ("POST", "/admin/reload", None)):
+            status, answer = as_viewer(method, path, body)
+            assert status == 403 and "viewer" in answer["error"]["message"], (method, path, answer)
+        assert secret not in str(listed) and works(server, secret)  # nothing changed
+        assert call(server, "GET", "/admin/whoami") == (200, {"name": ADMIN_NAME, "role": "admin"})
+    finally:
+        stop_proxy(server)
