@@ -9,6 +9,9 @@ Every response and log line is scanned for the secrets (tests/audit.py) once the
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -17,6 +20,7 @@ from typing import Any
 
 import openai
 import pytest
+import yaml
 
 from proxy.config.keys import derived_name
 from tests import audit
@@ -213,5 +217,36 @@ def test_a_viewer_reads_but_changes_nothing_and_sees_no_secret(demo_upstream: De
             assert status == 403 and "viewer" in answer["error"]["message"], (method, path, answer)
         assert secret not in str(listed) and works(server, secret)  # nothing changed
         assert call(server, "GET", "/admin/whoami") == (200, {"name": ADMIN_NAME, "role": "admin"})
+    finally:
+        stop_proxy(server)
+
+
+def test_the_cli_and_the_api_agree(demo_upstream: DemoUpstream, tmp_path: Path) -> None:
+    cfg = base_config(demo_upstream.url, client_keys=[CLIENT_KEY], admin_keys=[ADMIN],
+                      state_path=str(tmp_path / "state.db"))
+    path = tmp_path / "cli.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "proxy.serving.cli", "keys", *args, "--config", str(path)],
+                              capture_output=True, text=True, timeout=60)
+
+    made = cli("create", "from-cli", "--models", "demo-*")  # before any server: the bootstrap case
+    assert made.returncode == 0, made.stderr
+    secret = json.loads(made.stdout)["secret"]
+    audit.register([secret])
+    assert cli("create", "from-cli").returncode == 1  # the name is taken: one line saying so
+    server = start_proxy(dict(cfg), tmp_path)
+    try:
+        assert works(server, secret)
+        _, view = call(server, "GET", "/admin/keys/from-cli")
+        assert (view["origin"], view["models"]) == ("runtime", ["demo-*"])
+        assert call(server, "DELETE", "/admin/keys/from-cli")[0] == 200
+        listed = [json.loads(line)["name"] for line in cli("list").stdout.splitlines()]
+        assert "from-cli" not in listed and derived_name(CLIENT_KEY) in listed
+        revoked = cli("revoke", "from-cli")
+        assert revoked.returncode == 1 and "from-cli" in revoked.stderr
+        _, trail = call(server, "GET", "/admin/audit")
+        assert [(r["action"], r["actor"]) for r in trail["data"]] == [("key.revoke", ADMIN_NAME), ("key.create", "cli")]
     finally:
         stop_proxy(server)
