@@ -22,7 +22,7 @@ from werkzeug.wsgi import get_input_stream
 from proxy import logs
 from proxy.blueprints import status_page
 from proxy.blueprints.auth import presented_key
-from proxy.blueprints.state import app_state
+from proxy.blueprints.state import AppState, app_state
 from proxy.config import Config
 from proxy.config.keys import ClientKey
 from proxy.errors import ProxyError, invalid, kind_for_status
@@ -64,6 +64,18 @@ def public_paths(config: Config) -> tuple[str, ...]:
     return ("/metrics",) if config.metrics.public else ()
 
 
+def client_entry(state: AppState, key: str | None) -> ClientKey | None:
+    """The client key `key` is — from the config file (as runtime left it: disabled or not), else one
+    made at runtime (proxy.keys) while it may be used — or None. Disabled keys are returned."""
+    entry = state.client_keys.match(key)
+    if state.keys is None or key is None:
+        return entry
+    if entry is not None:
+        state.keys.used(entry.name)
+        return state.keys.overlaid(entry)
+    return state.keys.match_client(key)
+
+
 def install(app: Flask) -> None:
     """The edge's hooks. Keys and limits come from the app's state as it is when a request starts,
     so a config reload changes them for the next request (proxy.serving.reconfigure)."""
@@ -80,7 +92,7 @@ def install(app: Flask) -> None:
         if request.path in PUBLIC_PATHS or request.path in public_paths(state.config):
             return None
         admin = request.path.startswith("/admin/") or request.path in ADMIN_PATHS
-        client_keys, admin_keys = state.client_keys, state.admin_keys
+        admin_keys = state.admin_keys
         if admin and admin_keys.empty:
             if request.path in ADMIN_PATHS:
                 raise ProxyError(403, f"{request.path} needs an admin key and none is configured: list keys under "
@@ -94,13 +106,7 @@ def install(app: Flask) -> None:
             which = " (this endpoint needs an admin key, from admin_keys)" if admin else ""
             raise _refused(ProxyError(401, f"Missing API key{which}: send it as 'Authorization: Bearer <key>' or "
                                            "'x-api-key: <key>'.", "authentication"))
-        entry = (admin_keys if admin else client_keys).match(key)
-        if state.keys is not None:  # keys made at runtime (proxy.keys): the file's first, as the overlay leaves them
-            if entry is not None and not admin:
-                entry = state.keys.overlaid(entry)
-                state.keys.used(entry.name)
-            elif entry is None and not admin:
-                entry = state.keys.match_client(key)
+        entry = admin_keys.match(key) if admin else client_entry(state, key)
         if entry is None:
             which = "an admin key (admin_keys)" if admin else "a client key (client_keys)"
             where = "the proxy's config" if admin else ("the proxy's config or its key API (a revoked or expired "

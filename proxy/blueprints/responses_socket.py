@@ -36,7 +36,7 @@ from flask.blueprints import BlueprintSetupState
 from proxy import conversations, logs
 from proxy.blueprints.auth import presented_key
 from proxy.blueprints.completions import admit
-from proxy.blueprints.http import client_key_name
+from proxy.blueprints.http import client_entry, client_key_name
 from proxy.blueprints.socket_server import BadUpgrade, ConnectionClosed, SocketServer
 from proxy.blueprints.state import AppState, app_state
 from proxy.errors import ProxyError
@@ -199,11 +199,12 @@ class ResponsesSocket:
     def _create(self, state: Any, frame: dict[str, Any], record: RequestRecord, rid: str) -> RelayResult | None:
         client = self.protocol.client
         body, generate = self.frames.create_body(frame)
-        entry = state.client_keys.match(self._key)
+        entry = client_entry(state, self._key)  # revoked, expired or disabled since it connected: refused
         if entry is None or entry.disabled:
             self._leaving = True  # the key no longer opens this proxy: answered, then the socket closes
-            raise ProxyError(401, "This connection's API key is no longer accepted by the proxy's config "
-                                  "(client_keys); connect again with a valid key.", "authentication")
+            raise ProxyError(401, "This connection's API key is no longer accepted by the proxy (its config, or "
+                                  "its key API: revoked, expired or disabled); connect again with a valid key.",
+                             "authentication")
         client.validate(body)
         record.model = body["model"]
         admit(state, entry, client, record, body)  # the key's models (403) and limits (429), as over HTTP
