@@ -27,6 +27,7 @@ from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
 
+from proxy.blueprints.audit_trail import audit
 from proxy.blueprints.http import json_body
 from proxy.blueprints.state import AppState, app_state
 from proxy.config import parse_account
@@ -89,7 +90,9 @@ def add_account(upstream: str) -> Response:
     if not pool.add(account):
         raise ProxyError(409, f"Upstream {upstream!r} already has an account {account.id!r}.", "invalid_request")
     _state().keeper.sync()
-    return _created(_account(pool, account.id))
+    added = _account(pool, account.id)
+    audit("account.add", f"account:{upstream}/{account.id}", None, added)
+    return _created(added)
 
 
 def _created(body: dict[str, Any]) -> Response:
@@ -101,16 +104,17 @@ def _created(body: dict[str, Any]) -> Response:
 @bp.delete("/admin/accounts/<upstream>/<account_id>")
 def remove_account(upstream: str, account_id: str) -> Response:
     pool = _pool(upstream)
-    _account(pool, account_id)
+    before = _account(pool, account_id)
     pool.remove(account_id)
     _state().keeper.sync()
+    audit("account.remove", f"account:{upstream}/{account_id}", before, None)
     return jsonify({"upstream": upstream, "id": account_id, "removed": True})
 
 
 @bp.post("/admin/accounts/<upstream>/<account_id>/<action>")
 def change_account(upstream: str, account_id: str, action: str) -> Response:
     pool = _pool(upstream)
-    _account(pool, account_id)
+    before = _account(pool, account_id)
     if action == "disable":
         body = json_body() if request.content_length else {}
         pool.disable(account_id, f"admin: {body.get('reason') or 'disabled by an admin'}")
@@ -119,4 +123,6 @@ def change_account(upstream: str, account_id: str, action: str) -> Response:
     else:
         raise ProxyError(404, f"Unknown action {action!r}: use enable or disable.", "not_found")
     _state().keeper.sync()
-    return jsonify(_account(pool, account_id))
+    after = _account(pool, account_id)
+    audit(f"account.{action}", f"account:{upstream}/{account_id}", before, after)
+    return jsonify(after)

@@ -19,6 +19,7 @@ import os
 
 from flask import Blueprint, Response, jsonify
 
+from proxy.blueprints.audit_trail import audit
 from proxy.blueprints.state import app_state
 from proxy.config import ConfigError
 from proxy.errors import ProxyError
@@ -36,6 +37,8 @@ def reload() -> Response:
                          code="invalid_config") from None
     resp = jsonify({**outcome, "loaded_at": iso_time(outcome["loaded_at"])})
     resp.status_code = 200 if outcome["reloaded"] else 202
+    audit("config.reload", f"config:{app_state().config_source or '-'}", None,
+          {"generation": outcome.get("generation"), "reloaded": outcome.get("reloaded")})
     return resp
 
 

@@ -26,7 +26,7 @@ from websockets.sync.client import connect
 
 from proxy.config.keys import derived_name
 from tests import audit
-from tests.conftest import CLIENT_KEY, DemoUpstream, ProxyServer, base_config, start_proxy, stop_proxy
+from tests.conftest import CLIENT_KEY, UPSTREAM_KEYS, DemoUpstream, ProxyServer, base_config, start_proxy, stop_proxy
 from tests.wire import request
 
 ADMIN = "sk-admin-runtime-keys"
@@ -273,3 +273,17 @@ def test_a_revoked_key_gets_401_on_its_websockets_next_frame(proxy: ProxyServer)
         assert answers[-1]["status"] == 401 and "no longer accepted" in answers[-1]["error"]["message"]
         with pytest.raises(websockets.exceptions.ConnectionClosed):
             ws.recv(timeout=10)  # and the socket closes
+
+
+def test_account_changes_and_reloads_through_the_admin_api_are_audited(proxy: ProxyServer) -> None:
+    status, _ = call(proxy, "POST", "/admin/accounts/main/acct-1/disable", {"reason": "rotating its key"})
+    assert status == 200
+    assert call(proxy, "POST", "/admin/accounts/main/acct-1/enable")[0] == 200
+    assert call(proxy, "POST", "/admin/reload")[0] in (200, 202)
+    _, trail = call(proxy, "GET", "/admin/audit")
+    rows = [(r["action"], r["target"], r["actor"]) for r in trail["data"]]
+    assert rows == [("config.reload", rows[0][1], ADMIN_NAME), ("account.enable", "account:main/acct-1", ADMIN_NAME),
+                    ("account.disable", "account:main/acct-1", ADMIN_NAME)]
+    disabled = trail["data"][2]
+    assert disabled["before"]["status"] != disabled["after"]["status"]
+    assert all(key not in str(trail) for key in UPSTREAM_KEYS)
