@@ -99,6 +99,7 @@ SECTIONS: dict[str, Callable[[Doc], Doc]] = {
     "key_groups[].budget": lambda d: key_group(d).setdefault("budget", {"usd_total": 5}),
     "alerts": lambda d: d.setdefault("alerts", {}),
     "keys": lambda d: d.setdefault("keys", {}),
+    "audit": lambda d: d.setdefault("audit", {}),
 }
 
 

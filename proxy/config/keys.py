@@ -199,3 +199,19 @@ def parse_keys_settings(raw: Any, path: str) -> KeysSettings:
                                                     "of `openssl rand -hex 32`): every runtime key's digest is made "
                                                     "with it")
     return KeysSettings(prefix=prefix, pepper=pepper)
+
+
+@dataclass(frozen=True)
+class AuditSettings:
+    """The `audit:` section: how long the audit trail of admin changes is kept."""
+
+    retention_days: int = 365
+
+
+def parse_audit_settings(raw: Any, path: str) -> AuditSettings:
+    section = mapping(raw, path)
+    known(section, path, {"retention_days"})
+    days = section.get("retention_days", AuditSettings.retention_days)
+    if isinstance(days, bool) or not isinstance(days, int) or days < 1:
+        raise ConfigError(join(path, "retention_days"), f"must be a whole number of days, at least 1 (got {days!r})")
+    return AuditSettings(retention_days=days)

@@ -20,7 +20,7 @@ import yaml
 from proxy.config import presets as model_presets
 from proxy.config import unsupported as unsupported_fields
 from proxy.config.compaction import parse_compaction
-from proxy.config.keys import parse_admin_keys, parse_client_keys, parse_keys_settings
+from proxy.config.keys import parse_admin_keys, parse_audit_settings, parse_client_keys, parse_keys_settings
 from proxy.config.model import (
     MAX_TOKENS_FIELDS,
     PROMPT_CACHE_MODES,
@@ -102,7 +102,7 @@ def parse(raw: Any, environ: Mapping[str, str] | None = None, source: str = "<me
             "compaction",
             "proxies", "protocol_plugins", "metrics", "logging", "usage", "state", "server",
             "pricing", "key_groups", "budget_input_margin", "budget_default_max_output_tokens", "alerts",
-            "keys",
+            "keys", "audit",
         },
     )
     client_keys = parse_client_keys(top.get("client_keys"), "client_keys")
@@ -149,6 +149,7 @@ def parse(raw: Any, environ: Mapping[str, str] | None = None, source: str = "<me
         budgets=parse_budget_settings(top),
         alerts=parse_alerts(top.get("alerts"), "alerts"),
         keys=parse_keys_settings(top.get("keys"), "keys"),
+        audit=parse_audit_settings(top.get("audit"), "audit"),
     )
 
 

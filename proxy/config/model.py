@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from proxy.config.keys import ClientKey, KeysSettings
+from proxy.config.keys import AuditSettings, ClientKey, KeysSettings
 from proxy.config.money import Alerts, BudgetSettings, KeyGroup, Pricing
 from proxy.config.observability import LoggingConfig, MetricsConfig
 from proxy.config.pool import PoolConfig
@@ -149,3 +149,4 @@ class Config:
     budgets: BudgetSettings = field(default_factory=BudgetSettings)  # how a reservation is sized
     alerts: Alerts = field(default_factory=Alerts)  # where budget alerts are POSTed
     keys: KeysSettings = field(default_factory=KeysSettings)  # runtime keys: their prefix and pepper
+    audit: AuditSettings = field(default_factory=AuditSettings)  # how long the audit trail is kept

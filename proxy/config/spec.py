@@ -362,6 +362,11 @@ SPEC = Section((
            "with `state_path: null`, in memory only. Changing it makes every runtime key stop working.",
            "generated", applies=("keys.pepper", None)),
     )), "Keys made at runtime through the admin API and `llm-proxy keys`."),
+    _k("audit", Section((
+        _k("retention_days", number(1, whole=True), "Days the audit trail of admin changes (`GET /admin/audit`) is "
+                                                    "kept; older entries are dropped.", "365",
+           applies=("audit.retention_days", 365)),
+    )), "The audit trail of changes made through the admin API and `llm-proxy keys`."),
     _k("protocol_plugins", {"type": "array", "items": {"type": "string",
                                                        "pattern": r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$"}},
        "Python modules imported at start, each registering one more protocol — its client endpoint and its "

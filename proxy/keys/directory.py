@@ -30,6 +30,7 @@ from proxy.keys.store import KeyStore
 log = logging.getLogger("proxy.keys")
 POLL = 0.25  # seconds between two looks at the store's version: a revocation is seen within a second
 ASK_EVERY = 0.05  # seconds between two looks at the store on a secret no key has
+PURGE_EVERY = 3600.0  # seconds between two purges of the audit trail (each worker)
 USED_EVERY = 5.0  # seconds between two batches of last-used times handed to the store
 
 
@@ -60,6 +61,7 @@ class KeyDirectory:
         self._entries: dict[str, ClientKey] = {}
         self._used: dict[str, float] = {}
         self._asked = 0.0  # when a miss last asked the store
+        self.audit_retention = 365 * 86400.0  # seconds the audit trail is kept (the config's audit.retention_days)
 
     # ------------------------------------------------------------ kept current
 
@@ -153,6 +155,7 @@ class KeyDirectory:
         import gevent
 
         next_used = self.clock() + USED_EVERY
+        next_purge = self.clock()
         while True:
             gevent.sleep(POLL)
             try:
@@ -163,3 +166,10 @@ class KeyDirectory:
             if self.clock() >= next_used:
                 self.flush_used()
                 next_used = self.clock() + USED_EVERY
+            if self.clock() >= next_purge:
+                next_purge = self.clock() + PURGE_EVERY
+                now = self.clock()
+                try:  # the audit trail past its retention, and idempotency records past their hour
+                    self._call(lambda: self.store.purge(now - self.audit_retention, now))
+                except Exception as exc:
+                    log.warning("runtime keys: could not purge the audit trail (%s)", type(exc).__name__)

@@ -142,5 +142,6 @@ def runtime_keys(config: Config, store: KeyStore) -> KeyDirectory:
     """The worker's directory of keys made at runtime, current as of now (then kept so by its greenlet)."""
     pepper = load_pepper(config.keys.pepper, config.state_path, getattr(store, "client", None), config.state)
     directory = KeyDirectory(store, pepper, call=lambda fn: call_store(store, fn))
+    directory.audit_retention = config.audit.retention_days * 86400.0
     directory.refresh()
     return directory
