@@ -151,6 +151,14 @@ class KeyDirectory:
 
         self._greenlet = gevent.spawn(self._run)
 
+    def purge(self) -> None:
+        """The audit trail past its retention, and idempotency records past their hour."""
+        now = self.clock()
+        try:
+            self._call(lambda: self.store.purge(now - self.audit_retention, now))
+        except Exception as exc:
+            log.warning("runtime keys: could not purge the audit trail (%s)", type(exc).__name__)
+
     def _run(self) -> None:
         import gevent
 
@@ -168,8 +176,4 @@ class KeyDirectory:
                 next_used = self.clock() + USED_EVERY
             if self.clock() >= next_purge:
                 next_purge = self.clock() + PURGE_EVERY
-                now = self.clock()
-                try:  # the audit trail past its retention, and idempotency records past their hour
-                    self._call(lambda: self.store.purge(now - self.audit_retention, now))
-                except Exception as exc:
-                    log.warning("runtime keys: could not purge the audit trail (%s)", type(exc).__name__)
+                self.purge()
