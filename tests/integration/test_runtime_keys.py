@@ -269,7 +269,12 @@ def test_a_revoked_key_gets_401_on_its_websockets_next_frame(proxy: ProxyServer)
         assert turn()["type"] == "response.completed"
         assert call(proxy, "DELETE", "/admin/keys/socket-user")[0] == 200
         answers: list[dict[str, Any]] = []
-        within(1.0, lambda: answers.append(turn()) or answers[-1]["type"] == "error")  # its next frames, polled
+
+        def refused() -> bool:
+            answers.append(turn())
+            return answers[-1]["type"] == "error"
+
+        within(1.0, refused)  # its next frames, polled
         assert answers[-1]["status"] == 401 and "no longer accepted" in answers[-1]["error"]["message"]
         with pytest.raises(websockets.exceptions.ConnectionClosed):
             ws.recv(timeout=10)  # and the socket closes
