@@ -47,7 +47,8 @@ def admit(state: AppState, entry: ClientKey | None, client: ClientSide, record: 
     decoded = functools.cache(lambda: client.decode_request(body))
     state.limiter.admit(entry, record, decoded, body)
     try:
-        state.budgets.admit(state.config, entry, record, state.relay.router.resolve(record.model),
+        config = state.keys.effective(state.config) if state.keys is not None else state.config  # runtime groups
+        state.budgets.admit(config, entry, record, state.relay.router.resolve(record.model),
                             lambda: _or_none(decoded), lambda: estimate(decoded, body), body)
     except ProxyError as err:
         status = client.kind_status.get(err.info.kind)

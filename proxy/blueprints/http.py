@@ -76,6 +76,15 @@ def client_entry(state: AppState, key: str | None) -> ClientKey | None:
     return state.keys.match_client(key)
 
 
+def admin_entry(state: AppState, key: str | None) -> ClientKey | None:
+    """The admin key `key` is — from the config file, else one made at runtime — with its role."""
+    entry = state.admin_keys.match(key)
+    if entry is not None or state.keys is None or key is None:
+        return entry
+    made = state.keys.match_admin(key)
+    return None if made is None else ClientKey(name=made.name, key="", role=made.role)
+
+
 def install(app: Flask) -> None:
     """The edge's hooks. Keys and limits come from the app's state as it is when a request starts,
     so a config reload changes them for the next request (proxy.serving.reconfigure)."""
@@ -93,7 +102,7 @@ def install(app: Flask) -> None:
             return None
         admin = request.path.startswith("/admin/") or request.path in ADMIN_PATHS
         admin_keys = state.admin_keys
-        if admin and admin_keys.empty:
+        if admin and admin_keys.empty and not (state.keys is not None and state.keys.snapshot.admins):
             if request.path in ADMIN_PATHS:
                 raise ProxyError(403, f"{request.path} needs an admin key and none is configured: list keys under "
                                       f"admin_keys in the config, {ADMIN_PATHS[request.path]}.", "permission")
@@ -106,7 +115,7 @@ def install(app: Flask) -> None:
             which = " (this endpoint needs an admin key, from admin_keys)" if admin else ""
             raise _refused(ProxyError(401, f"Missing API key{which}: send it as 'Authorization: Bearer <key>' or "
                                            "'x-api-key: <key>'.", "authentication"))
-        entry = admin_keys.match(key) if admin else client_entry(state, key)
+        entry = admin_entry(state, key) if admin else client_entry(state, key)
         if entry is None:
             which = "an admin key (admin_keys)" if admin else "a client key (client_keys)"
             where = "the proxy's config" if admin else ("the proxy's config or its key API (a revoked or expired "

@@ -10,6 +10,8 @@ trail of every such change. Admin keys only, as every `/admin/` path (proxy.blue
   DELETE /admin/keys/<name>         → {"name", "revoked": true}   (runtime keys; disable a config key)
   GET    /admin/audit?since&until&actor&target&limit&format=csv → {"data": [entry…]}
   GET    /admin/whoami              → {"name", "role"}
+  GET|POST /admin/key-groups, PATCH|DELETE /admin/key-groups/<name>   {name, keys, budget?}
+  GET|POST /admin/admin-keys, DELETE /admin/admin-keys/<name>         {name, role} → its secret, once
 
 `Idempotency-Key` on create and rotate returns the first answer again for an hour. A key's view is
 proxy.keys.service's: never a secret or digest. `GET /admin/keys` (the list) is
@@ -29,7 +31,9 @@ from flask import Blueprint, Response, g, jsonify, request
 
 from proxy.blueprints.state import AppState, app_state
 from proxy.errors import ProxyError
+from proxy.keys.admins import admin_views, create_admin, delete_admin
 from proxy.keys.directory import KeyDirectory
+from proxy.keys.groups import create_group, delete_group, group_view, update_group
 from proxy.keys.model import AuditEntry
 from proxy.keys.service import Context, KeyService, iso
 from proxy.upstream.keeper import call_store
@@ -42,8 +46,10 @@ def _service(state: AppState) -> tuple[KeyService, KeyDirectory]:
     if directory is None:
         raise ProxyError(503, "Runtime keys are not available in this process.", "unavailable")
     config = state.config
-    taken = (*(k.name for k in config.client_keys), *(g.name for g in config.key_groups))
-    return KeyService(directory.store, directory.pepper, config.keys.prefix, config.client_keys, taken), directory
+    taken = (*(k.name for k in config.client_keys), *(k.name for k in config.admin_keys),
+             *(g.name for g in config.key_groups))
+    return KeyService(directory.store, directory.pepper, config.keys.prefix, config.client_keys, taken,
+                      group_names=tuple(g.name for g in config.key_groups)), directory
 
 
 def _context() -> Context:
@@ -102,6 +108,63 @@ def revoke(name: str) -> Response:
     service, directory = _service(app_state())
     ctx = _context()
     return jsonify(_run(directory, lambda: service.revoke(ctx, name)))
+
+
+@bp.get("/admin/key-groups")
+def groups() -> Response:
+    state = app_state()
+    _, directory = _service(state)
+    snapshot = directory.snapshot
+    members: dict[str, list[str]] = {}
+    for key in snapshot.keys.values():
+        for group in key.groups:
+            members.setdefault(group, []).append(key.name)
+    shown = [group_view(g, "config", tuple(members.get(g.name, ()))) for g in state.config.key_groups]
+    shown += [group_view(g, "runtime", tuple(members.get(n, ()))) for n, g in sorted(snapshot.groups.items())]
+    return jsonify({"data": shown})
+
+
+@bp.post("/admin/key-groups")
+def create_key_group() -> tuple[Response, int]:
+    service, directory = _service(app_state())
+    body, ctx = _body(), _context()
+    return jsonify(_run(directory, lambda: create_group(service, ctx, body))), 201
+
+
+@bp.patch("/admin/key-groups/<name>")
+def update_key_group(name: str) -> Response:
+    service, directory = _service(app_state())
+    body, ctx = _body(), _context()
+    return jsonify(_run(directory, lambda: update_group(service, ctx, name, body)))
+
+
+@bp.delete("/admin/key-groups/<name>")
+def delete_key_group(name: str) -> Response:
+    service, directory = _service(app_state())
+    ctx = _context()
+    return jsonify(_run(directory, lambda: delete_group(service, ctx, name)))
+
+
+@bp.get("/admin/admin-keys")
+def admin_keys() -> Response:
+    state = app_state()
+    service, directory = _service(state)
+    return jsonify({"data": call_store(directory.store, lambda: admin_views(service, state.config.admin_keys))})
+
+
+@bp.post("/admin/admin-keys")
+def create_admin_key() -> tuple[Response, int]:
+    service, directory = _service(app_state())
+    body, ctx = _body(), _context()
+    return jsonify(_run(directory, lambda: create_admin(service, ctx, body))), 201
+
+
+@bp.delete("/admin/admin-keys/<name>")
+def delete_admin_key(name: str) -> Response:
+    state = app_state()
+    service, directory = _service(state)
+    ctx = _context()
+    return jsonify(_run(directory, lambda: delete_admin(service, ctx, name, state.config.admin_keys)))
 
 
 @bp.get("/admin/whoami")

@@ -37,8 +37,8 @@ bp = Blueprint("keys", __name__)
 @bp.get("/admin/keys")
 def keys() -> Response:
     state = app_state()
-    config = state.config
     directory = state.keys
+    config = directory.effective(state.config) if directory is not None else state.config  # runtime groups too
     snapshot = directory.snapshot if directory is not None else None
     runtime = [e for n in sorted(snapshot.keys) if (e := directory.entry(n)) is not None] \
         if directory is not None and snapshot is not None else []

@@ -22,7 +22,9 @@ from typing import Any
 
 from proxy.config.keys import ClientKey
 from proxy.config.limits import parse_limits
+from proxy.config.model import Config
 from proxy.config.money import parse_budget
+from proxy.keys.groups import effective
 from proxy.keys.model import RuntimeAdmin, RuntimeKey, Snapshot
 from proxy.keys.secrets import digest
 from proxy.keys.store import KeyStore
@@ -61,6 +63,7 @@ class KeyDirectory:
         self._entries: dict[str, ClientKey] = {}
         self._used: dict[str, float] = {}
         self._asked = 0.0  # when a miss last asked the store
+        self._effective: tuple[Config, int, Config] | None = None
         self.audit_retention = 365 * 86400.0  # seconds the audit trail is kept (the config's audit.retention_days)
 
     # ------------------------------------------------------------ kept current
@@ -124,6 +127,16 @@ class KeyDirectory:
         if overlay is None or overlay.disabled == entry.disabled:
             return entry
         return replace(entry, disabled=overlay.disabled)
+
+    def effective(self, config: Config) -> Config:
+        """`config` with the key groups runtime made or joined (proxy/keys/groups.py), one object per
+        config and snapshot: budgets key their per-config caches by it."""
+        made = self._effective
+        if made is None or made[0] is not config or made[1] != self.snapshot.version:
+            groups = effective(config, self.snapshot)
+            made = self._effective = (config, self.snapshot.version,
+                                      config if groups == config.key_groups else replace(config, key_groups=groups))
+        return made[2]
 
     def entry(self, name: str) -> ClientKey | None:
         """A runtime key's entry by name (for budgets and listings)."""

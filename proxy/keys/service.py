@@ -28,8 +28,8 @@ from proxy.keys import secrets
 from proxy.keys.model import CONFIG, RUNTIME, AuditEntry, Change, Idempotent, NameTaken, Overlay, RuntimeKey, Secret
 from proxy.keys.store import KeyStore
 
-CREATE_FIELDS = {"name", "models", "limits", "budget", "expires_at", "metadata"}
-UPDATE_FIELDS = {"models", "limits", "budget", "expires_at", "metadata", "disabled"}
+CREATE_FIELDS = {"name", "models", "limits", "budget", "groups", "expires_at", "metadata"}
+UPDATE_FIELDS = {"models", "limits", "budget", "groups", "expires_at", "metadata", "disabled"}
 MAX_GRACE = 30 * 86400  # seconds: an old secret may outlive its rotation by at most 30 days
 IDEMPOTENT_FOR = 3600.0  # seconds an Idempotency-Key's answer is kept
 MAX_METADATA = 4096  # bytes of JSON
@@ -49,12 +49,14 @@ class Context:
 
 class KeyService:
     def __init__(self, store: KeyStore, pepper: bytes, prefix: str, config_keys: tuple[ClientKey, ...],
-                 taken: tuple[str, ...], clock: Callable[[], float] = time.time) -> None:
+                 taken: tuple[str, ...], clock: Callable[[], float] = time.time,
+                 group_names: tuple[str, ...] = ()) -> None:
         self.store = store
         self.pepper = pepper
         self.prefix = prefix
         self.config_keys = {k.name: k for k in config_keys}
         self.taken = taken  # every name the config file uses: client keys, admin keys, key groups
+        self.group_names = group_names  # the config file's key groups
         self.clock = clock
         self._sealer = secrets.Sealer(pepper)
 
@@ -87,8 +89,8 @@ class KeyService:
         name = _name(fields.get("name"))
         now = self.clock()
         secret = secrets.mint(self.prefix)
-        key = RuntimeKey(name=name, secrets=(self._secret(secret),), created_at=now, updated_at=now,
-                         **_settings(fields, now))
+        key = RuntimeKey(name=name, secrets=(self.secret_of(secret),), created_at=now, updated_at=now,
+                         **_settings(fields, now, self._group_names()))
         after = runtime_view(key, None)
         answer = {"key": after, "secret": secret}
         self._commit(ctx, Change(put_keys=(key,), new_keys=(name,), taken=self.taken), "key.create", name, None,
@@ -116,7 +118,7 @@ class KeyService:
             raise _unknown(name)
         fields = _object(body, UPDATE_FIELDS)
         now = self.clock()
-        changed = replace(key, updated_at=now, **_settings(fields, now, partial=True))
+        changed = replace(key, updated_at=now, **_settings(fields, now, self._group_names(), partial=True))
         if "disabled" in fields:
             changed = replace(changed, disabled=_bool(fields["disabled"], "disabled"))
         before, after = runtime_view(key, None), runtime_view(changed, snapshot.last_used.get(name))
@@ -143,7 +145,7 @@ class KeyService:
         until = now + float(grace)
         kept = tuple(replace(s, until=until if s.until is None else min(s.until, until)) for s in key.secrets
                      if (s.until is None or s.until > now) and grace > 0)
-        rotated = replace(key, secrets=(self._secret(secret), *kept), updated_at=now)
+        rotated = replace(key, secrets=(self.secret_of(secret), *kept), updated_at=now)
         before, after = runtime_view(key, None), runtime_view(rotated, None)
         answer = {"key": after, "secret": secret}
         self._commit(ctx, Change(put_keys=(rotated,)), "key.rotate", name, before, after, keep(200, answer))
@@ -160,7 +162,12 @@ class KeyService:
 
     def _commit(self, ctx: Context, change: Change, action: str, name: str, before: dict[str, Any] | None,
                 after: dict[str, Any] | None, idempotent: Idempotent | None = None) -> None:
-        entry = AuditEntry(at=self.clock(), actor=ctx.actor, action=action, target=f"key:{name}", before=before,
+        self.commit(ctx, change, action, f"key:{name}", before, after, idempotent)
+
+    def commit(self, ctx: Context, change: Change, action: str, target: str, before: dict[str, Any] | None,
+               after: dict[str, Any] | None, idempotent: Idempotent | None = None) -> None:
+        """`change` and its audit entry, together; a name taken is a 400 naming the field."""
+        entry = AuditEntry(at=self.clock(), actor=ctx.actor, action=action, target=target, before=before,
                            after=after, request_id=ctx.request_id, client=ctx.client)
         try:
             self.store.commit(change, entry, idempotent)
@@ -168,7 +175,11 @@ class KeyService:
             raise ProxyError(400, f"name: the name {taken.name!r} is already used by another key (in the config file "
                                   "or made at runtime); names are unique.", "invalid_request", param="name") from None
 
-    def _secret(self, secret: str) -> Secret:
+    def _group_names(self) -> set[str]:
+        return set(self.group_names) | set(self.store.snapshot().groups)
+
+    def secret_of(self, secret: str) -> Secret:
+        """What the store keeps of `secret`: its digest and hint."""
         return Secret(secrets.digest(secret, self.pepper), secrets.hint(secret, self.prefix))
 
     def _idempotent(self, ctx: Context, what: str, body: Any, idempotency_key: str | None,
@@ -201,7 +212,17 @@ class KeyService:
         return _unknown(name)
 
 
-def _settings(fields: dict[str, Any], now: float, partial: bool = False) -> dict[str, Any]:
+def _groups(value: Any, known_groups: set[str]) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(g, str) for g in value):
+        raise ProxyError(400, "groups: a list of key group names.", "invalid_request", param="groups")
+    unknown = [g for g in value if g not in known_groups]
+    if unknown:
+        raise ProxyError(400, f"groups: no key group is named {unknown[0]!r} (in the config file or made at runtime: "
+                              "GET /admin/key-groups).", "invalid_request", param="groups")
+    return tuple(dict.fromkeys(value))
+
+
+def _settings(fields: dict[str, Any], now: float, known_groups: set[str], partial: bool = False) -> dict[str, Any]:
     """The key's settings from the caller's fields, each checked; with `partial`, only those given."""
     found: dict[str, Any] = {}
     if "models" in fields or not partial:
@@ -217,6 +238,8 @@ def _settings(fields: dict[str, Any], now: float, partial: bool = False) -> dict
         found["budget"] = raw_budget
     if "expires_at" in fields or not partial:
         found["expires_at"] = _expiry(fields.get("expires_at"), now)
+    if "groups" in fields or not partial:
+        found["groups"] = _groups(fields.get("groups") or [], known_groups)
     if "metadata" in fields or not partial:
         metadata = fields.get("metadata") or {}
         if not isinstance(metadata, dict) or len(json.dumps(metadata)) > MAX_METADATA:

@@ -56,8 +56,10 @@ def run(args: argparse.Namespace, config: Config) -> int:
 
     store = open_stores(config).keys
     pepper = load_pepper(config.keys.pepper, config.state_path, getattr(store, "client", None), config.state)
-    taken = (*(k.name for k in config.client_keys), *(g.name for g in config.key_groups))
-    service = KeyService(store, pepper, config.keys.prefix, config.client_keys, taken)
+    taken = (*(k.name for k in config.client_keys), *(k.name for k in config.admin_keys),
+             *(g.name for g in config.key_groups))
+    service = KeyService(store, pepper, config.keys.prefix, config.client_keys, taken,
+                         group_names=tuple(g.name for g in config.key_groups))
     ctx = Context(actor="cli")
     try:
         if args.action == "list":

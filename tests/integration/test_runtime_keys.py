@@ -292,3 +292,36 @@ def test_account_changes_and_reloads_through_the_admin_api_are_audited(proxy: Pr
     disabled = trail["data"][2]
     assert disabled["before"]["status"] != disabled["after"]["status"]
     assert all(key not in str(trail) for key in UPSTREAM_KEYS)
+
+
+def test_a_runtime_group_budget_holds_its_runtime_keys_and_runtime_admin_keys_work(
+        demo_upstream: DemoUpstream, tmp_path: Path) -> None:
+    server = start_proxy(base_config(demo_upstream.url, client_keys=[CLIENT_KEY], admin_keys=[ADMIN],
+                                     pricing={"models": {"demo-*": {"input": 10, "output": 20}}}), tmp_path)
+    try:
+        status, group = call(server, "POST", "/admin/key-groups",
+                             {"name": "interns", "keys": [], "budget": {"usd_total": 0.000001}})
+        assert status == 201 and group["origin"] == "runtime"
+        secret = create(server, name="intern-1", groups=["interns"])
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key=secret, max_retries=0)
+        with pytest.raises(openai.RateLimitError) as refused:
+            client.chat.completions.create(model="demo-model", max_tokens=10,
+                                           messages=[{"role": "user", "content": "hi"}])
+        assert refused.value.code == "insufficient_quota" and "'interns'" in str(refused.value)
+        assert call(server, "PATCH", "/admin/key-groups/interns", {"budget": {"usd_total": 10}})[0] == 200
+        within(1.0, lambda: works(server, secret))  # the group's new budget lets it in
+        _, listed = call(server, "GET", "/admin/key-groups")
+        assert listed["data"] == [{"name": "interns", "origin": "runtime", "keys": ["intern-1"],
+                                   "budget_usd": {"usd_total": 10}}]
+        status, made = call(server, "POST", "/admin/admin-keys", {"name": "reader", "role": "viewer"})
+        assert status == 201 and made["role"] == "viewer"
+        audit.register([made["secret"]])
+        resp = request(server.url, "GET", "/admin/whoami", headers={"Authorization": f"Bearer {made['secret']}"})
+        assert (resp.status, resp.json()) == (200, {"name": "reader", "role": "viewer"})
+        resp.close()
+        assert call(server, "DELETE", "/admin/admin-keys/reader")[0] == 200
+        resp = request(server.url, "GET", "/admin/whoami", headers={"Authorization": f"Bearer {made['secret']}"})
+        assert resp.status == 401
+        resp.close()
+    finally:
+        stop_proxy(server)

@@ -130,3 +130,44 @@ def test_the_directory_takes_a_snapshot_only_when_the_version_moved(parts: Any) 
     assert directory.refresh() is False
     service.create(CTX, {"name": "new"})
     assert directory.refresh() is True and directory.entry("new") is not None
+
+
+def test_admin_keys_made_at_runtime_and_the_last_admin_stays(parts: Any) -> None:
+    from proxy.keys.admins import admin_views, create_admin, delete_admin
+
+    service, directory, _ = parts
+    config_admins = (ClientKey(name="auditor", key="sk-auditor-key-0000", role="viewer"),)
+    made = create_admin(service, CTX, {"name": "ops", "role": "admin"})
+    directory.refresh()
+    found = directory.match_admin(made["secret"])
+    assert found is not None and (found.name, found.role) == ("ops", "admin")
+    assert [(v["name"], v["origin"], v["role"]) for v in admin_views(service, config_admins)] == [
+        ("auditor", "config", "viewer"), ("ops", "runtime", "admin")]
+    with pytest.raises(ProxyError) as last:
+        delete_admin(service, CTX, "ops", config_admins)  # the config's only admin key is a viewer
+    assert last.value.info.status == 400 and "last one with the admin role" in last.value.info.message
+    create_admin(service, CTX, {"name": "ops2"})
+    assert delete_admin(service, CTX, "ops", config_admins) == {"name": "ops", "deleted": True}
+    with pytest.raises(ProxyError) as bad_role:
+        create_admin(service, CTX, {"name": "x", "role": "root"})
+    assert bad_role.value.info.param == "role"
+
+
+def test_runtime_groups_and_memberships_make_the_effective_groups(parts: Any) -> None:
+    from proxy.config import parse
+    from proxy.keys.groups import create_group, effective
+
+    service, directory, store = parts
+    create_group(service, CTX, {"name": "eng", "keys": ["team-a"], "budget": {"usd_per_day": 5}})
+    with pytest.raises(ProxyError) as unknown:
+        service.create(CTX, {"name": "bot", "groups": ["nope"]})
+    assert unknown.value.info.param == "groups"
+    service.create(CTX, {"name": "bot", "groups": ["eng"]})
+    config = parse({"client_keys": [{"name": "team-a", "key": "sk-config-team-a-000"}],
+                    "upstreams": [{"name": "u", "protocol": "chat_completions", "base_url": "http://u.invalid/v1",
+                                   "accounts": [{"id": "a", "api_key": "sk-a"}]}]})
+    (eng,) = effective(config, store.snapshot())
+    assert (eng.name, eng.keys, eng.budget is not None and eng.budget.usd_per_day) == ("eng", ("team-a", "bot"),
+                                                                                       5_000_000)
+    directory.refresh()
+    assert directory.effective(config) is directory.effective(config)  # one object per config and snapshot
