@@ -126,9 +126,7 @@ def groups() -> Response:
 
 @bp.post("/admin/key-groups")
 def create_key_group() -> tuple[Response, int]:
-    service, directory = _service(app_state())
-    body, ctx = _body(), _context()
-    return jsonify(_run(directory, lambda: create_group(service, ctx, body))), 201
+    return _made(create_group)
 
 
 @bp.patch("/admin/key-groups/<name>")
@@ -154,9 +152,14 @@ def admin_keys() -> Response:
 
 @bp.post("/admin/admin-keys")
 def create_admin_key() -> tuple[Response, int]:
+    return _made(create_admin)
+
+
+def _made(make: Any) -> tuple[Response, int]:
+    """201 and what `make(service, context, body)` made."""
     service, directory = _service(app_state())
     body, ctx = _body(), _context()
-    return jsonify(_run(directory, lambda: create_admin(service, ctx, body))), 201
+    return jsonify(_run(directory, lambda: make(service, ctx, body))), 201
 
 
 @bp.delete("/admin/admin-keys/<name>")

@@ -270,7 +270,7 @@ SPEC = Section((
     _k("admin_keys", ADMIN_KEY,
        "Keys for `/admin/` (the admin API and the status page) and `GET /metrics`; without any, the admin API "
        "and the status page are off. A `viewer` may only read (GET); an `admin` may change things too. See "
-       "[Operating it](operating.md).", listed="list_or_one"),
+       "[Keys](keys.md).", listed="list_or_one"),
     _k("upstreams", UPSTREAM, "The backends requests go to, each with its pool of accounts.", "—", required=True,
        listed="list"),
     _k("proxies", one_or_list(STRING), "Outbound proxy URLs (tried in order) for every account that names none of "
