@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -64,6 +65,7 @@ class KeyDirectory:
         self._used: dict[str, float] = {}
         self._asked = 0.0  # when a miss last asked the store
         self._effective: tuple[Config, int, Config] | None = None
+        _every.add(self)
         self.audit_retention = 365 * 86400.0  # seconds the audit trail is kept (the config's audit.retention_days)
 
     # ------------------------------------------------------------ kept current
@@ -190,3 +192,12 @@ class KeyDirectory:
             if self.clock() >= next_purge:
                 next_purge = self.clock() + PURGE_EVERY
                 self.purge()
+
+
+_every: weakref.WeakSet[KeyDirectory] = weakref.WeakSet()  # this process's, for flush_all
+
+
+def flush_all() -> None:
+    """Hand the store every last-used time still held (gunicorn's worker_exit hook calls this)."""
+    for directory in list(_every):
+        directory.flush_used()

@@ -71,15 +71,17 @@ def _hold_reloads(server: Any, worker: Any) -> None:
 
 
 def _flush_pool_state(server: Any, worker: Any) -> None:
-    """A worker is exiting (SIGTERM, restart): write its pool changes, counters, usage and the
-    charges of its finished requests' budgets to the store."""
+    """A worker is exiting (SIGTERM, restart): write its pool changes, counters, usage, the
+    charges of its finished requests' budgets and when its keys were last used to the store."""
     from proxy.budgets.guard import flush_all as charge_all
+    from proxy.keys.directory import flush_all as note_keys_used
     from proxy.ops.usage_writer import flush_all
     from proxy.upstream.keeper import stop_all  # in the worker, where the app (and gevent) are loaded
 
     stop_all()
     flush_all()  # usage still queued (normally none: each request's is written before it ends)
     charge_all()  # budget charges queued for the next admission (proxy/budgets/guard.py)
+    note_keys_used()  # when keys were last used, kept for the next batch (proxy/keys/directory.py)
 
 
 def _tls_context(config: Any, default_ssl_context_factory: Any) -> Any:

@@ -325,3 +325,20 @@ def test_a_runtime_group_budget_holds_its_runtime_keys_and_runtime_admin_keys_wo
         resp.close()
     finally:
         stop_proxy(server)
+
+
+def test_runtime_keys_survive_a_reload_and_a_restart(demo_upstream: DemoUpstream, tmp_path: Path) -> None:
+    cfg = base_config(demo_upstream.url, client_keys=[CLIENT_KEY], admin_keys=[ADMIN])
+    server = start_proxy(dict(cfg), tmp_path, workers=2)
+    try:
+        secret = create(server, name="durable")
+        assert call(server, "POST", "/admin/reload")[0] in (200, 202)
+        assert all(works(server, secret) for _ in range(4))
+    finally:
+        stop_proxy(server)
+    again = start_proxy(dict(cfg), tmp_path)  # the same state file and pepper
+    try:
+        assert works(again, secret)
+        assert call(again, "GET", "/admin/keys/durable")[1]["last_used_at"] is not None
+    finally:
+        stop_proxy(again)
