@@ -37,7 +37,8 @@ def reload() -> Response:
                          code="invalid_config") from None
     resp = jsonify({**outcome, "loaded_at": iso_time(outcome["loaded_at"])})
     resp.status_code = 200 if outcome["reloaded"] else 202
-    audit("config.reload", f"config:{app_state().config_source or '-'}", None,
+    # the master records the reload itself (actor config-reload); this entry says which admin asked
+    audit("config.reload.request", f"config:{app_state().config_source or '-'}", None,
           {"generation": outcome.get("generation"), "reloaded": outcome.get("reloaded")})
     return resp
 

@@ -84,7 +84,8 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
     logs.configure(config.log_level, config.logging.format)
     config = registry.resolve(config)  # every upstream's protocol by its name; plugins imported
     client = UpstreamClient(trust_env=config.trust_env)
-    stores = open_stores(config)  # state.backend: sqlite (one host) or redis (several)
+    # state.backend: sqlite (one host) or redis (several); forked by our master, which migrated the file
+    stores = open_stores(config, migrated_here=master.accepted() is not None)
     keeper = PoolKeeper({}, stores.pool, client, holder=stores.holder, slots=stores.slots)
     # The operators' concerns plug in here (proxy.ops). Costing first: every other hook — usage,
     # metrics, recent requests, budgets — reads the cost it puts on the record.

@@ -184,6 +184,9 @@ def _reload(arbiter: Any) -> None:
     arbiter.log.info("config reload: %s accepted (generation %d); telling %d worker(s)", path, generation + 1,
                      len(arbiter.WORKERS))
     arbiter.kill_workers(signal.SIGHUP)
+    from proxy.serving.reload_audit import record_reload  # the stores: only once a reload is accepted
+
+    record_reload(config, path, generation + 1, arbiter.log)
 
 
 def when_ready(arbiter: Any) -> None:

@@ -29,8 +29,9 @@ Builds; decides nothing about requests.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,7 +53,6 @@ from proxy.pool.redis_slots import RedisSlots
 from proxy.pool.redis_store import RedisStore
 from proxy.pool.store import MemoryStore, SQLiteStore, StateStore
 from proxy.relay.affinity import Affinity
-from proxy.serving import master
 from proxy.state.health import StoreHealth
 from proxy.state.redis_connection import connect
 from proxy.state.sqlite import OPEN_WAIT, StateFile
@@ -167,12 +167,13 @@ class Stores:
     state_file: StateFile | None = None
 
 
-def open_stores(config: Config) -> Stores:
+def open_stores(config: Config, migrated_here: bool = False) -> Stores:
+    """Every store of `config`. `migrated_here`: this worker's master migrated the state file before
+    forking it (proxy.serving.master), so a file found unmigrated was replaced under the running proxy."""
     holder = f"{os.uname().nodename}:{os.getpid()}"
     # How long a starting worker waits for a state file another process has locked (a worker that
     # still cannot open it exits, and the master starts another: proxy.serving.worker).
     wait = float(os.environ.get("LLM_PROXY_STATE_OPEN_WAIT", OPEN_WAIT))
-    migrated_here = master.accepted() is not None  # forked by our master, which migrated the file
     state_file = StateFile.open(config.state_path, wait=wait, migrated_here=migrated_here) \
         if config.state_path else None
     if config.state.backend == "redis":
@@ -186,3 +187,19 @@ def open_stores(config: Config) -> Stores:
                   holder=holder, slots=opened["slots"], limiter=Limiter.over(limits.local, limits.shared),
                   affinity=Affinity(affinity.local, affinity.shared), budgets=Budgets(opened["budgets"]),
                   keys=opened["keys"], state_file=state_file)
+
+
+@contextlib.contextmanager
+def one_store(config: Config, kind: str) -> Iterator[Any]:
+    """The store of one `kind` for `config`, on connections of its own, closed on leaving — for a
+    process that does not serve: the master (it audits the reloads it accepts) and the CLI."""
+    state_file = StateFile.open(config.state_path) if config.state_path else None
+    redis = connect(config.state) if config.state.backend == "redis" else None
+    health = StoreHealth("redis") if redis is not None else (state_file.health if state_file else StoreHealth("sqlite"))
+    try:
+        yield _open(KINDS[kind], Opening(config, state_file, redis, health, f"{os.uname().nodename}:{os.getpid()}"))
+    finally:
+        if state_file is not None:
+            state_file.close()
+        if redis is not None:
+            redis.close()

@@ -117,6 +117,12 @@ class ProxyGeventWorker(GeventWorker):
 
     def handle_hup(self, sig: int, frame: Any) -> None:
         """Out of the signal handler: the reload blocks (the file, the store)."""
+        if getattr(self, "wsgi", None) is None:
+            # The app is still being built: the signal may have interrupted an import halfway (Flask's,
+            # say), and importing anything now could find it half made and fail the worker's boot.
+            # Noted instead; `load_wsgi` catches up once the app is built.
+            self._reload_pending = True
+            return
         reloader = self._reloader()
         if reloader is None:
             self._reload_pending = True
