@@ -306,7 +306,7 @@ def test_a_failed_call_is_shown_with_the_apis_message_and_the_data_marked_stale(
     expect(usage.locator(".section-error")).to_contain_text("usage store unavailable: database is locked")
     expect(usage.locator(".section-error")).to_contain_text("showing data from")
     expect(usage).to_have_class("panel stale")
-    expect(page.locator("#freshness")).to_contain_text("3 of 6 calls failed")
+    expect(page.locator("#freshness")).to_contain_text("3 of 9 calls failed")
     page.unroute("**/admin/usage?**")
     browser.refresh()
     expect(usage.locator(".section-error")).to_be_hidden()

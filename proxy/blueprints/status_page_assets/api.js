@@ -20,12 +20,12 @@ export class ApiError extends Error {
   }
 }
 
-// GET or POST `path` (relative to /admin/) with `key` (default: the signed-in one); the JSON
-// answer, or an ApiError carrying the API's own message.
-export async function call(path, { method = "GET", body, key = session.key() } = {}) {
+// GET, POST, PATCH or DELETE `path` (relative to /admin/) with `key` (default: the signed-in one);
+// the JSON answer, or an ApiError carrying the API's own message.
+export async function call(path, { method = "GET", body, key = session.key(), headers: extra = {} } = {}) {
   const controller = new AbortController();
   const timer = setTimeout(() => controller.abort(), TIMEOUT_MS);
-  const headers = { Authorization: `Bearer ${key}`, Accept: "application/json" };
+  const headers = { ...extra, Authorization: `Bearer ${key}`, Accept: "application/json" };
   if (body !== undefined) headers["Content-Type"] = "application/json";
   let resp;
   try {

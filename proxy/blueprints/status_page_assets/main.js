@@ -3,7 +3,10 @@
 
 import { renderAccounts } from "./accounts.js";
 import { call, session } from "./api.js";
-import { clock, when } from "./format.js";
+import { AUDIT_PATH, renderAudit } from "./audit.js";
+import { clearSecret, setupKeyForms } from "./keyforms.js";
+import { renderKeys } from "./keys.js";
+import { clock, el, when } from "./format.js";
 import { REQUESTS_PATH, renderRequests } from "./requests.js";
 import { GROUPS, renderUsage, usagePath } from "./usage.js";
 
@@ -13,6 +16,7 @@ const view = { range: "hour", measure: "requests" };
 const lastGood = {}; // view name → when its data last arrived (ms)
 const usage = {}; // group → {doc, query}, redrawn when the measure changes
 let timer = null;
+let keyForms = null; // set up once the page is wired
 let generation = 0; // a refresh that finishes after a newer one started (or a sign-out) is dropped
 
 function section(name) {
@@ -61,19 +65,22 @@ async function refresh() {
   if (!session.key()) return;
   const queries = GROUPS.map((group) => usagePath(view.range, group));
   const results = await Promise.allSettled([call("status"), call("accounts"), call(REQUESTS_PATH),
-    ...queries.map((q) => call(q.path))]);
+    call("whoami"), call("keys"), call(AUDIT_PATH), ...queries.map((q) => call(q.path))]);
   if (mine !== generation || !session.key()) return;
   const refused = results.find((r) => r.status === "rejected" && r.reason.status === 401);
   if (refused) {
     signOut(`Signed out: the proxy no longer accepts this key (${refused.reason.message})`);
     return;
   }
-  const [status, accounts, requests, ...byGroup] = results;
+  const [status, accounts, requests, whoami, keys, audit, ...byGroup] = results;
   showStatus(status);
   if (accounts.status === "fulfilled") renderAccounts($("#accounts"), accounts.value, act);
   settle("accounts", accounts.status === "rejected" ? accounts.reason : null);
   if (requests.status === "fulfilled") renderRequests($("#requests tbody"), requests.value);
   settle("requests", requests.status === "rejected" ? requests.reason : null);
+  showKeys(whoami, keys);
+  if (audit.status === "fulfilled") renderAudit($("#audit tbody"), audit.value);
+  settle("audit", audit.status === "rejected" ? audit.reason : null);
   GROUPS.forEach((group, i) => {
     if (byGroup[i].status === "fulfilled") {
       usage[group] = { doc: byGroup[i].value, query: queries[i] };
@@ -90,6 +97,18 @@ async function refresh() {
     : `Updated ${clock(Date.now() / 1000)}`;
   freshness.classList.toggle("warn", failed > 0);
   timer = setTimeout(() => (document.hidden ? null : refresh()), REFRESH_MS);
+}
+
+// Only an admin gets the buttons that change keys; a viewer — or a page that could not learn its
+// role — gets none (the API would refuse them anyway: 403).
+function showKeys(whoami, keys) {
+  const me = whoami.status === "fulfilled" ? whoami.value : null;
+  const admin = Boolean(me && me.role === "admin");
+  $("#whoami").textContent = me ? `${me.name} (${me.role})` : "";
+  $("#keys-toolbar").replaceChildren(...(admin
+    ? [el("button", { type: "button", id: "new-key", onclick: () => keyForms.create() }, "New key")] : []));
+  if (keys.status === "fulfilled") renderKeys($("#keys"), keys.value, admin ? keyForms.act : null);
+  settle("keys", keys.status === "rejected" ? keys.reason : whoami.status === "rejected" ? whoami.reason : null);
 }
 
 async function act(upstream, id, action, button) {
@@ -113,12 +132,16 @@ function signOut(reason) {
   clearTimeout(timer);
   session.forget();
   for (const name of Object.keys(lastGood)) delete lastGood[name];
-  for (const node of [$("#accounts"), $("#requests tbody"), ...document.querySelectorAll(".chart, .legend")]) {
+  clearSecret();
+  for (const dialog of document.querySelectorAll("dialog[open]")) dialog.close();
+  for (const node of [$("#accounts"), $("#requests tbody"), $("#keys"), $("#keys-toolbar"), $("#audit tbody"),
+    ...document.querySelectorAll(".chart, .legend")]) {
     node.replaceChildren();
   }
   $("#dashboard").hidden = true;
   for (const id of ["#sign-out", "#refresh", "#streams"]) $(id).hidden = true;
   $("#server").textContent = "";
+  $("#whoami").textContent = "";
   $("#freshness").textContent = "";
   $("#sign-in").hidden = false;
   const message = $("#sign-in-error");
@@ -164,6 +187,7 @@ function choose(attribute, value) {
 }
 
 function wire() {
+  keyForms = setupKeyForms(refresh);
   $("#sign-in-form").addEventListener("submit", signIn);
   $("#sign-out").addEventListener("click", () => signOut(""));
   $("#refresh").addEventListener("click", () => refresh());
