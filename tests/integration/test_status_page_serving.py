@@ -53,9 +53,12 @@ def test_the_page_is_served_without_a_key_under_a_strict_policy(admin_proxy: Pro
     assert resp.headers["x-content-type-options"] == "nosniff" and resp.headers["cache-control"] == "no-store"
     html = body.decode()
     assert "<title>llm-proxy status</title>" in html
-    # The key field has no name, so no form submission could ever carry it (into a URL or anywhere).
-    (key_input,) = re.findall(r"<input[^>]*>", html)
-    assert 'type="password"' in key_input and "name=" not in key_input
+    # No field has a name, so no form submission could ever carry one (the key, or a new key's
+    # settings) into a URL or anywhere; the admin key's field is the one password field.
+    inputs = re.findall(r"<(?:input|textarea|select)[^>]*>", html)
+    assert inputs and not [i for i in inputs if " name=" in i]
+    (key_input,) = [i for i in inputs if 'type="password"' in i]
+    assert 'id="admin-key"' in key_input
 
     redirect, _ = get(admin_proxy, "/admin")
     assert redirect.status == 308 and redirect.headers["location"] == "admin/"
