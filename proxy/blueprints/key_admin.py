@@ -22,7 +22,6 @@ other worker and host (proxy/keys/directory.py).
 from __future__ import annotations
 
 import csv
-import datetime as dt
 import io
 import json
 from typing import Any
@@ -36,6 +35,7 @@ from proxy.keys.directory import KeyDirectory
 from proxy.keys.groups import create_group, delete_group, group_view, update_group
 from proxy.keys.model import AuditEntry
 from proxy.keys.service import Context, KeyService, iso
+from proxy.ops.usage_query import parse_time
 from proxy.upstream.keeper import call_store
 
 bp = Blueprint("key_admin", __name__)
@@ -204,15 +204,4 @@ def _entry(e: AuditEntry) -> dict[str, Any]:
 
 
 def _time(value: str | None, name: str) -> float | None:
-    if not value:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        pass
-    try:
-        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise ProxyError(400, f"{name}: a time as ISO 8601 (2026-11-28T00:00:00Z) or epoch seconds (got {value!r}).",
-                         "invalid_request", param=name) from None
-    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)).timestamp()
+    return parse_time(value, name) if value else None  # as /admin/usage reads its times
