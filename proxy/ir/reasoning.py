@@ -46,6 +46,8 @@ def from_plain_upstream(part: ReasoningPart) -> bool:
     Responses upstream (an encrypted_content the proxy did not make). Such upstreams' reasoning
     reaches an Anthropic client under a minted signature and a Responses client as a summary with
     no encrypted_content, so this is how it looks when the client sends it back."""
+    if gemini_from_envelope(part.signature) is not None:
+        return False  # Gemini's reasoning, carried for its own upstream
     return (bool(part.text) and not part.redacted and (part.signature is None or is_minted(part.signature))
             and (part.encrypted is None or is_minted(part.encrypted)))
 
@@ -85,3 +87,44 @@ def encrypted_from_signature(signature: str | None) -> str | None:
     if signature and signature.startswith(_RESPONSES_IN_ANTHROPIC):
         return signature[len(_RESPONSES_IN_ANTHROPIC):]
     return None
+
+
+# Gemini thought signatures (docs/protocols.md §9.6). Gemini puts a `thoughtSignature` on a part —
+# a thought, an empty text part after the thought, a function call, a text part — and it must go
+# back on the same part to the upstream that issued it, and nowhere else. In the IR it travels as a
+# ReasoningPart whose `signature` is an envelope naming its origin (the upstream's name and the
+# model that answered) and where the signature sat, relative to that reasoning part:
+#   "thought"  on the thought text part itself (the ReasoningPart's text)
+#   "empty"    on an empty text part just after the thought text
+#   "next"     on the part that follows the ReasoningPart in the message (a functionCall, a text)
+#   "prev"     on the part just before it (a text part whose signature arrived at its end)
+# The envelope carries the minted prefix, so every other upstream's encoder leaves it out.
+_GEMINI = MINTED_PREFIX + "gm."
+GEMINI_PLACEMENTS = ("thought", "empty", "next", "prev")
+
+
+def gemini_envelope(signature: str, origin: str, placement: str) -> str:
+    """A Gemini `thoughtSignature` as the opaque token a client of any protocol keeps."""
+    payload = {"s": signature, "o": origin, "p": placement}
+    return _GEMINI + base64.urlsafe_b64encode(json.dumps(payload, separators=(",", ":")).encode()).decode("ascii")
+
+
+def gemini_from_envelope(value: str | None) -> tuple[str, str, str] | None:
+    """(signature, origin, placement) from an envelope `gemini_envelope` made, or None if it is not one."""
+    if not value or not value.startswith(_GEMINI):
+        return None
+    try:
+        payload = json.loads(base64.urlsafe_b64decode(value[len(_GEMINI):]))
+    except ValueError:
+        return None
+    if not isinstance(payload, dict):
+        return None
+    signature, origin, placement = payload.get("s"), payload.get("o"), payload.get("p")
+    if not (isinstance(signature, str) and isinstance(origin, str) and placement in GEMINI_PLACEMENTS):
+        return None
+    return signature, origin, placement
+
+
+def gemini_origin(upstream: str, model_version: str) -> str:
+    """Who issued a Gemini signature: signatures are bound to the model and the route that made them."""
+    return f"{upstream}/{model_version}"

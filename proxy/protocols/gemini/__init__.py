@@ -1,0 +1,1 @@
+"""The Gemini protocol (being built: issue 28)."""
