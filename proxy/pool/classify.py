@@ -13,6 +13,9 @@ Defaults (docs/architecture.md §8.3): a request too large for any account (403
 "estimated cost", 413, context-length errors) fails at once; 403 "insufficient tokens / upgrade
 your plan / limit reached" tries the next account; 429 and 402 cool the account; 401 disables it;
 Anthropic's 529 overloaded tries the next; network failures try the next; anything else fails.
+Google's (Gemini's) errors: API_KEY_INVALID (400) and PERMISSION_DENIED (403) disable; a per-day
+RESOURCE_EXHAUSTED is exhaustion (cool until midnight Pacific), any other a rate limit (cool for its
+retryDelay).
 Pure: must not import Flask or requests.
 """
 
@@ -23,7 +26,9 @@ import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone, tzinfo
 from email.utils import parsedate_to_datetime
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 MAX_COOLDOWN = 86400.0  # a reset header further out than a day is not believed
 
@@ -50,7 +55,17 @@ def rule(statuses: int | Iterable[int] | None, pattern: str | None, klass: str, 
 
 CONTEXT_LENGTH = (r"context[ _.-]?length|context_length_exceeded|maximum context|context window|prompt is too long"
                   r"|too many (input )?tokens|reduce the length")
+# Google's APIs (Gemini) say what failed in the body's google.rpc status and details: a bad or
+# expired key is a 400 INVALID_ARGUMENT with reason API_KEY_INVALID; a key that may not use the API,
+# 403 PERMISSION_DENIED; RESOURCE_EXHAUSTED names the quota — a per-day one is spent until the
+# quota's day ends, a per-minute one is a rate limit gone in seconds (RetryInfo.retryDelay).
+GOOGLE_KEY_INVALID = r"API_KEY_INVALID|API key not valid|API key expired"
+GOOGLE_PER_DAY = r"RESOURCE_EXHAUSTED[\s\S]*PerDay"
 DEFAULT_RULES = (
+    rule(400, GOOGLE_KEY_INVALID, "auth_invalid", "disable"),
+    rule(403, r"PERMISSION_DENIED|API_KEY_SERVICE_BLOCKED|SERVICE_DISABLED", "auth_invalid", "disable"),
+    rule(429, GOOGLE_PER_DAY, "exhausted", "cool"),
+    rule(429, r"RESOURCE_EXHAUSTED", "rate_limited", "cool"),
     rule(403, r"estimated cost", "request_too_large", "fail"),
     rule(413, None, "request_too_large", "fail"),
     rule((400, 422), CONTEXT_LENGTH, "request_too_large", "fail"),
@@ -81,11 +96,12 @@ class Classifier:
         return Verdict(OTHER.klass, OTHER.action)
 
 
-def cooldown_until(headers: Mapping[str, str], now: float, default: float) -> float:
+def cooldown_until(headers: Mapping[str, str], now: float, default: float, body: str = "") -> float:
     """When a rate-limited account may serve again: the latest reset any header announces
-    (a request limit and a token limit can reset at different times), else now + default."""
+    (a request limit and a token limit can reset at different times) or the error body does
+    (Google's RetryInfo; a per-day quota resets at midnight Pacific time), else now + default."""
     lowered = {k.lower(): v for k, v in headers.items()}
-    waits: list[float] = []
+    waits: list[float] = [wait for wait in (_google_wait(body, now),) if wait is not None and wait > 0]
     for name, value in lowered.items():
         wait = None
         if name == "retry-after-ms":
@@ -102,6 +118,34 @@ def cooldown_until(headers: Mapping[str, str], now: float, default: float) -> fl
         if wait is not None and wait > 0:
             waits.append(min(wait, MAX_COOLDOWN))
     return now + (max(waits) if waits else default)
+
+
+_RETRY_DELAY = re.compile(r'"retryDelay"\s*:\s*"(\d+(?:\.\d+)?)s"')
+_PER_DAY = re.compile(GOOGLE_PER_DAY)
+
+
+def _pacific() -> tzinfo:
+    """Where Google's daily API quotas reset, at midnight (standard time when the system has no tz database)."""
+    try:
+        return ZoneInfo("America/Los_Angeles")
+    except ZoneInfoNotFoundError:
+        return timezone(timedelta(hours=-8))
+
+
+PACIFIC = _pacific()
+
+
+def _google_wait(body: str, now: float) -> float | None:
+    """Seconds until a Google quota named in an error body resets: a per-day quota at the next
+    midnight Pacific time, else the RetryInfo's `retryDelay`."""
+    if not body or "RESOURCE_EXHAUSTED" not in body:
+        return None
+    if _PER_DAY.search(body):
+        local = datetime.fromtimestamp(now, PACIFIC)
+        midnight = datetime.combine(local.date() + timedelta(days=1), datetime.min.time(), PACIFIC)
+        return midnight.timestamp() - now
+    match = _RETRY_DELAY.search(body)
+    return float(match.group(1)) if match else None
 
 
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?!s))?(?:(\d+(?:\.\d+)?)s)?(?:(\d+(?:\.\d+)?)ms)?$")

@@ -148,11 +148,13 @@ class AccountPool:
     def classify(self, status: int, body: str) -> Verdict:
         return self.classifier.classify(status, body)
 
-    def apply(self, lease: Lease, verdict: Verdict, reason: str, headers: Mapping[str, str] | None = None) -> None:
-        """Carry out a verdict's action on the leased account (fail and next change nothing)."""
+    def apply(self, lease: Lease, verdict: Verdict, reason: str, headers: Mapping[str, str] | None = None,
+              body: str = "") -> None:
+        """Carry out a verdict's action on the leased account (fail and next change nothing); `body`,
+        the upstream's error body, may say when a rate limit resets (Google's do)."""
         if verdict.action == "cool":
             now = self._clock()
-            self.cool(lease.account.id, cooldown_until(headers or {}, now, self.settings.cooldown), reason)
+            self.cool(lease.account.id, cooldown_until(headers or {}, now, self.settings.cooldown, body), reason)
         elif verdict.action == "disable":
             self.disable(lease.account.id, reason)
 
