@@ -31,6 +31,7 @@ from proxy.state.health import StoreHealth
 from proxy.upstream.catalog import Catalog
 from proxy.upstream.client import UpstreamClient
 from proxy.upstream.keeper import PoolKeeper
+from proxy.upstream.token_count import TokenCounter
 
 KEY = "llm_proxy"  # where the state is kept in `app.extensions`
 
@@ -50,6 +51,7 @@ class AppState:
     relay: Relay
     hooks: HookSet
     catalog: Catalog
+    tokens: TokenCounter  # prompt tokens counted by the upstream, where its protocol can (count_tokens endpoints)
     pools: dict[str, AccountPool]
     response_store: ResponseStore
     keeper: PoolKeeper

@@ -1,5 +1,5 @@
 """What a config builds in a worker, apart from what lives as long as the worker: the pools, the
-router and relay, the model catalog, the key checkers and the price book (`config_parts`).
+router and relay, the model catalog, the token counter, the key checkers and the price book (`config_parts`).
 
 Owns that list, for the app factory (proxy.serving.app) at start and for a reload
 (proxy.serving.reconfigure), which builds it again and swaps it into the app's `AppState`.
@@ -21,6 +21,7 @@ from proxy.routing import Router
 from proxy.upstream.catalog import Catalog
 from proxy.upstream.client import UpstreamClient
 from proxy.upstream.keeper import PoolKeeper
+from proxy.upstream.token_count import TokenCounter
 
 
 class ConfigParts(TypedDict):
@@ -29,6 +30,7 @@ class ConfigParts(TypedDict):
     config: Config
     relay: Relay
     catalog: Catalog
+    tokens: TokenCounter
     pools: dict[str, AccountPool]
     client_keys: KeyChecker
     admin_keys: KeyChecker
@@ -49,6 +51,7 @@ def config_parts(config: Config, keeper: PoolKeeper, client: UpstreamClient, hoo
     secrets = tuple(a.api_key for u in config.upstreams for a in u.accounts)
     relay = Relay(config, Router(config.upstreams), pools, HTTPTransport(client, pools), secrets, hooks=hooks,
                   affinity=affinity)
-    return ConfigParts(config=config, relay=relay, catalog=Catalog(config, pools, client), pools=pools,
+    return ConfigParts(config=config, relay=relay, catalog=Catalog(config, pools, client),
+                       tokens=TokenCounter(pools, client), pools=pools,
                        client_keys=KeyChecker(config.client_keys), admin_keys=KeyChecker(config.admin_keys),
                        prices=PriceBook(config))
