@@ -18,6 +18,7 @@ record's fields are read in the worker, where the app has been imported).
 
 from __future__ import annotations
 
+import re
 import traceback
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -96,10 +97,24 @@ _COMMON: dict[str, Callable[[Any, dict[str, Any], Any], Any]] = {
 }
 
 
+_KEY_IN_QUERY = re.compile(r"(?i)(^|[?&])(key=)[^&]*")
+
+
+def without_key(environ: dict[str, Any]) -> dict[str, Any]:
+    """The environ with a key sent in the query string (`?key=`, as Gemini clients may) blanked out of
+    the URI and query the line shows: keys never reach a log line."""
+    raw, query = environ.get("RAW_URI", ""), environ.get("QUERY_STRING", "")
+    if "key=" not in raw.lower() and "key=" not in query.lower():
+        return environ
+    return {**environ, "RAW_URI": _KEY_IN_QUERY.sub(r"\1\2REDACTED", raw),
+            "QUERY_STRING": _KEY_IN_QUERY.sub(r"\1\2REDACTED", query)}
+
+
 class ProxyLogger(glogging.Logger):
     def access(self, resp: Any, req: Any, environ: dict[str, Any], request_time: Any) -> None:
         if not self.access_log_enabled:
             return
+        environ = without_key(environ)
         try:
             self.access_log.info(self.cfg.access_log_format, _Atoms(self, resp, req, environ, request_time))
         except Exception:
@@ -119,6 +134,7 @@ class JsonProxyLogger(ProxyLogger):
     def access(self, resp: Any, req: Any, environ: dict[str, Any], request_time: Any) -> None:
         if not self.access_log_enabled:
             return
+        environ = without_key(environ)
         try:
             fields: dict[str, Any] = {
                 "request_id": _header(resp.headers, "x-request-id"), "remote_addr": environ.get("REMOTE_ADDR"),
