@@ -171,7 +171,7 @@ PROTOCOL = Protocol(
         path="/toy",
         auth_headers=lambda key: {"X-Toy-Key": key},
         encode_request=encode_request,
-        decode_response=decode_response,
+        decode_response=lambda doc, upstream: decode_response(doc),
         stream_decoder=lambda req, up: ToyStreamDecoder(),
         error_in_body=_error_in_body,
     ),

@@ -91,12 +91,11 @@ def completions_blueprint(protocol: Protocol) -> Blueprint:
     client = protocol.client
     bp = Blueprint(protocol.name, __name__)
 
-    @bp.post(client.path)
-    def create() -> Response:
+    def serve(body_of: Callable[[], dict[str, Any]]) -> Response:
         state = app_state()
         record = arriving_record(protocol)
         with recorded(state.hooks, record):
-            body = json_body()
+            body = body_of()
             client.validate(body)
             record.model, record.stream = client.model_and_stream(body)
             admit(state, client_key(), client, record, body)
@@ -111,4 +110,22 @@ def completions_blueprint(protocol: Protocol) -> Blueprint:
             state.hooks.finish(record, result.status, OK)
         return relay_response(result)
 
+    if not client.url_routes:
+        bp.add_url_rule(client.path, "create", lambda: serve(json_body), methods=["POST"])
+    for n, route in enumerate(client.url_routes):
+        bp.add_url_rule(route.rule, f"create_{n}", _url_view(serve, client, route.stream), methods=["POST"])
     return bp
+
+
+def url_body(client: ClientSide, model: str, stream: bool) -> dict[str, Any]:
+    """The posted body with what the URL says folded in by the protocol (the model, whether it streams)."""
+    assert client.body_from_url is not None
+    return client.body_from_url(json_body(), model, stream, request.args)
+
+
+def _url_view(serve: Callable[[Callable[[], dict[str, Any]]], Response], client: ClientSide,
+              stream: bool) -> Callable[..., Response]:
+    def create(model: str) -> Response:
+        return serve(lambda: url_body(client, model, stream))
+
+    return create

@@ -110,11 +110,11 @@ def install(app: Flask) -> None:
                              "permission")
         if status_page.is_page(request.path):
             return None  # the status page and its assets hold no data: the page signs in with the key itself
-        key = presented_key(request.headers.get("x-api-key"), request.headers.get("authorization"))
+        key = presented_key(request.headers.get("x-api-key"), request.headers.get("authorization")) or _protocol_key()
         if key is None:
             which = " (this endpoint needs an admin key, from admin_keys)" if admin else ""
             raise _refused(ProxyError(401, f"Missing API key{which}: send it as 'Authorization: Bearer <key>' or "
-                                           "'x-api-key: <key>'.", "authentication"))
+                                           f"'x-api-key: <key>'{_protocol_key_ways()}.", "authentication"))
         entry = admin_entry(state, key) if admin else client_entry(state, key)
         if entry is None:
             which = "an admin key (admin_keys)" if admin else "a client key (client_keys)"
@@ -171,11 +171,34 @@ def install(app: Flask) -> None:
                                             "the proxy's log has the details.", "api_error"))
 
 
+def _protocol_key() -> str | None:
+    """The key where the path's protocol lets its clients send it besides the usual headers (Gemini's
+    `x-goog-api-key` header and `?key=` query parameter)."""
+    protocol = registry.for_path(request.path)
+    if protocol is None:
+        return None
+    client = protocol.client
+    for value in (request.headers.get(client.key_header) if client.key_header else None,
+                  request.args.get(client.key_query) if client.key_query else None):
+        if value and value.strip():
+            return value.strip()
+    return None
+
+
+def _protocol_key_ways() -> str:
+    protocol = registry.for_path(request.path)
+    client = protocol.client if protocol is not None else None
+    ways = [f"'{client.key_header}: <key>'" if client and client.key_header else "",
+            f"'?{client.key_query}=<key>'" if client and client.key_query else ""]
+    return "".join(f" or {way}" for way in ways if way)
+
+
 def _refused(err: ProxyError) -> ProxyError:
     """A completion request refused for its key still ends in one record for the hooks (usage,
     recent requests: proxy.ops) — under the key's name if it named one, else "-"."""
     protocol = registry.for_path(request.path)
-    if protocol is not None and request.method == "POST" and request.path == protocol.client.path:
+    if protocol is not None and request.method == "POST" and (request.path == protocol.client.path
+                                                               or protocol.client.url_routes):
         record = RequestRecord(g.request_id, client_key_name(), protocol.name, model="", stream=False,
                                client_address=request.remote_addr)
         record.finish(err.info.status, err.info.kind)

@@ -43,14 +43,34 @@ class Endpoint:
       the protocol's WebSocket module (Responses' `GET /v1/responses`);
     - `relayed`: a request of the protocol relayed like the main one, to `upstream_path` on an
       upstream of the same protocol; `compacts`: it asks for the conversation compacted
-      (Responses' `/v1/responses/compact`)."""
+      (Responses' `/v1/responses/compact`);
+    - `catalog`: the model list in the protocol's own shape (Gemini's `GET /v1beta/models`).
+    A `local` endpoint whose rule has a `<path:model>` part (Gemini's `:countTokens`) gets the body
+    through the client side's `body_from_url`, as the main endpoint's URL routes do."""
 
-    kind: str  # local | socket | relayed
+    kind: str  # local | socket | relayed | catalog
     rule: str
     answer: Callable[[dict[str, Any]], tuple[str, dict[str, Any]]] | None = None
+    # A `local` endpoint that counts a prompt's tokens: the request to count, from the body, and the
+    # answer for a count. The count is the upstream's where its protocol can say, else the proxy's estimate.
+    counted: Callable[[dict[str, Any]], Request] | None = None
+    count_answer: Callable[[int], dict[str, Any]] | None = None
+    # `catalog`: GET `rule` answers the model list in the protocol's shape, given the models the
+    # client's key may use, the one model the URL names (a `<path:model>` part) or None, and the query.
+    catalog: Callable[[list[Any], str | None, Mapping[str, str]], dict[str, Any]] | None = None
     frames: Any = None
     upstream_path: str | None = None
     compacts: bool = False
+
+
+@dataclass(frozen=True)
+class UrlRoute:
+    """A URL a protocol's clients post requests to that names the model and the call, not the body
+    (Gemini's `/v1beta/models/{model}:streamGenerateContent`): a Flask rule with a `<path:model>`
+    part, and whether a request there streams."""
+
+    rule: str
+    stream: bool
 
 
 @dataclass(frozen=True)
@@ -80,6 +100,15 @@ class ClientSide:
     # a user field), given the body and the request's headers (names lower-cased): its next turn goes
     # to the account that served this one (proxy/relay/affinity.py). None: it names none.
     affinity_key: Callable[[dict[str, Any], Mapping[str, str]], str | None] = lambda body, headers: None
+    # Where the URL, not the body, names the model (Gemini): the routes of the main endpoint (then
+    # `path` is only the prefix its errors are recognised by), and the body the proxy works with,
+    # given the posted body, the model and whether it streams (from the route) and the query string.
+    url_routes: tuple[UrlRoute, ...] = ()
+    body_from_url: Callable[[dict[str, Any], str, bool, Mapping[str, str]], dict[str, Any]] | None = None
+    # Where else its clients present their key: a header (Gemini's `x-goog-api-key`) and a query
+    # parameter (`?key=`, never logged), besides `x-api-key` and `Authorization: Bearer`.
+    key_header: str | None = None
+    key_query: str | None = None
 
 
 @dataclass(frozen=True)
@@ -89,7 +118,7 @@ class UpstreamSide:
     path: str  # under the upstream's base_url
     auth_headers: Callable[[str], dict[str, str]]  # given the account's key
     encode_request: Callable[[Request, str, Upstream], dict[str, Any]]
-    decode_response: Callable[[dict[str, Any]], Response]
+    decode_response: Callable[[dict[str, Any], Upstream], Response]
     stream_decoder: Callable[[Request, Upstream], StreamDecoder]
     # An error some servers put in a 200 body instead of an answer (given the body and the secrets to
     # scrub from it), judged like the HTTP error it stands for; None when the body is an answer.
@@ -99,6 +128,18 @@ class UpstreamSide:
     # Where, below the top level of its requests, a field an upstream may be configured not to take
     # also sits (`unsupported:`), as paths ("*": each element of a list).
     nested_fields: Mapping[str, tuple[tuple[str, ...], ...]] = field(default_factory=dict)
+    # Where the URL names the model and the call (Gemini): the path for a model, streamed or not,
+    # instead of `path`.
+    path_for: Callable[[str, bool], str] | None = None
+    # The model list: its path under the base URL, and the model ids read from its JSON answer (None:
+    # not a list) — the OpenAI shape `{"data": [{"id"}]}` unless the protocol says otherwise.
+    models_path: str = "/models"
+    model_ids: Callable[[Any], list[str] | None] | None = None
+    # Counting a prompt's tokens on the upstream (Gemini's :countTokens): the path and body for a
+    # request and the model asked of it, and the count read from the answer (None: unreadable).
+    # Without them the proxy estimates locally.
+    count_tokens: Callable[[Request, str, Upstream], tuple[str, dict[str, Any]]] | None = None
+    read_count: Callable[[Any], int | None] | None = None
 
 
 @dataclass(frozen=True)

@@ -171,6 +171,11 @@ class Translation:
     def dropped(self) -> Mapping[str, int]:
         return self.encoder.dropped
 
+    @property
+    def content_type(self) -> str | None:
+        """What the client's writer streams, when not SSE (proxy.relay.attempt.stream_headers)."""
+        return getattr(self.encoder, "content_type", None)
+
     def feed(self, sse: SSEEvent) -> list[bytes]:
         return self._encode(self.decoder.feed(sse))
 

@@ -37,7 +37,7 @@ from proxy.ops.records import AttemptRecord, RequestRecord
 from proxy.pool.classify import NETWORK_ACTION, NETWORK_CLASS, Verdict
 from proxy.pool.pool import AccountPool, Lease
 from proxy.protocols import registry
-from proxy.protocols.codec import Passthrough, Protocol
+from proxy.protocols.codec import Passthrough, Protocol, UpstreamSide
 from proxy.protocols.exchange import Exchange
 from proxy.protocols.sse import dumps
 from proxy.protocols.transcode import StreamRelay, Translation
@@ -129,6 +129,21 @@ class _Sides:
         return self.upstream.passthrough if self.client is self.upstream else None
 
 
+def stream_headers(writer: object) -> dict[str, str]:
+    """The headers of a streamed answer: SSE's, with the content type the client's writer says when
+    it streams something else (Gemini's one JSON array, streamed, without `?alt=sse`)."""
+    headers = dict(SSE_HEADERS)
+    content_type = getattr(writer, "content_type", None)
+    if content_type:
+        headers["Content-Type"] = content_type
+    return headers
+
+
+def _upstream_path(side: UpstreamSide, model: str, stream: bool) -> str:
+    """Where on the upstream the request goes: the protocol's path, or the one its URL names the model in."""
+    return side.path_for(model, stream) if side.path_for is not None else side.path
+
+
 class Attempt:
     """`ex` tried on the leased account of `route`'s upstream. `run()` returns the client's answer,
     or raises NextAccount (another account may do better) or ProxyError (this is the answer)."""
@@ -159,7 +174,7 @@ class Attempt:
         headers = ex.headers if sides.passthrough is not None else None
         header_wait = upstream.timeouts.header_wait(ex.stream)
         path = ex.passthrough_path if sides.passthrough is not None and ex.passthrough_path else \
-            sides.upstream.upstream.path
+            _upstream_path(sides.upstream.upstream, self.route.model, ex.stream)
         call = UpstreamCall(upstream, lease.account, path, body, ex.request_id,
                             headers=headers, header_wait=header_wait, first_byte=self.budget)
         self.started = self.kit.clock()
@@ -187,7 +202,8 @@ class Attempt:
         if answer.status >= 300:
             raw = answer.read()
             info = parse_upstream_error(answer.status, raw, self.kit.secrets)
-            self._judge(self.pool.classify(answer.status, raw.decode("utf-8", "replace")), info, answer.headers)
+            text = raw.decode("utf-8", "replace")
+            self._judge(self.pool.classify(answer.status, text), info, answer.headers, text)
             relayed = sides.passthrough.relayed_error if sides.passthrough is not None else None
             raise _client_error(info, raw, relayed, self.kit.secrets)
 
@@ -239,7 +255,7 @@ class Attempt:
             body.close()
             raise
         self._log(200, "ok", "stream", relay.dropped)
-        return RelayResult(200, dict(SSE_HEADERS), body, streaming=True)
+        return RelayResult(200, stream_headers(relay), body, streaming=True)
 
     def _whole(self, answer: UpstreamAnswer) -> RelayResult:
         ex, lease, sides = self.ex, self.lease, self.sides
@@ -249,7 +265,7 @@ class Attempt:
             # A 200 whose body is an error (some compatible servers do this): judge it as that error.
             self._judge(self.pool.classify(embedded.status, embedded.message), embedded, answer.headers)
             raise _client_error(embedded, None, None, self.kit.secrets)
-        decoded = sides.upstream.upstream.decode_response(doc)
+        decoded = sides.upstream.upstream.decode_response(doc, self.route.upstream)
         lease.release(usage=decoded.usage)
         if ex.stream:
             # Asked to stream, answered with one body: give the client the stream it expects —
@@ -258,7 +274,7 @@ class Attempt:
             frames = [f for ev in unfold(decoded) for f in encoder.encode(ev)]
             self._keep(encoder.final, passthrough=False)
             self._log(answer.status, "ok", "return as stream", encoder.dropped)
-            return RelayResult(200, dict(SSE_HEADERS), b"".join(frames), decoded.usage)
+            return RelayResult(200, stream_headers(encoder), b"".join(frames), decoded.usage)
         if sides.passthrough is not None:
             out = sides.passthrough.normalise_response(doc, ex)
         else:
@@ -288,11 +304,11 @@ class Attempt:
             raise ProxyError(502, f"upstream {name!r} returned a body that is not a JSON object", "upstream_error")
         return doc
 
-    def _judge(self, verdict: Verdict, info: ErrorInfo, headers: Mapping[str, str]) -> None:
+    def _judge(self, verdict: Verdict, info: ErrorInfo, headers: Mapping[str, str], body: str = "") -> None:
         """Account for a failed attempt and carry out the verdict; raise NextAccount unless it is `fail`."""
         reason = f"{verdict.klass}: HTTP {info.status}: {info.message[:200]}"
         self.lease.release(failure=verdict.klass, error=reason)
-        self.pool.apply(self.lease, verdict, reason, headers)
+        self.pool.apply(self.lease, verdict, reason, headers, body)
         self._log(info.status, verdict.klass, verdict.action)
         if verdict.action != "fail":
             raise NextAccount(info, action=verdict.action,

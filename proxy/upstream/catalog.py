@@ -20,6 +20,7 @@ from typing import Any
 
 from proxy.config import Config, Upstream
 from proxy.pool.pool import AccountPool
+from proxy.protocols import registry
 from proxy.upstream.client import Target, UpstreamClient, UpstreamNetworkError, read_capped
 from proxy.upstream.outbound import ProxiesExhausted, send_via_proxies
 
@@ -82,13 +83,14 @@ class Catalog:
             return models
 
     def _fetch(self, upstream: Upstream, request_id: str | None) -> list[Model] | None:
+        side = registry.get(upstream.protocol).upstream
         lease = self._pools[upstream.name].lease(set())
         if lease is None:
             log.warning("model list of upstream %s: no account available", upstream.name)
             return None
         def send(proxy: str | None) -> Any:
             target = Target.of(upstream, lease.account.api_key, proxy)
-            return self._client.send(target, "/models", None, stream=True, method="GET", request_id=request_id)
+            return self._client.send(target, side.models_path, None, stream=True, method="GET", request_id=request_id)
 
         try:
             resp = send_via_proxies(self._pools[upstream.name], lease.account, send, request_id)
@@ -102,9 +104,16 @@ class Catalog:
             log.warning("model list of upstream %s: HTTP %d", upstream.name, resp.status_code)
             return None
         try:
-            data = json.loads(raw).get("data")
-        except (ValueError, AttributeError):
-            data = None
+            doc = json.loads(raw)
+        except ValueError:
+            doc = None
+        if side.model_ids is not None:  # the protocol's own list shape (Gemini's `models[].name`)
+            ids = side.model_ids(doc)
+            if ids is None:
+                log.warning("model list of upstream %s: unexpected body", upstream.name)
+                return None
+            return [Model(i, upstream.name, self._started) for i in ids]
+        data = doc.get("data") if isinstance(doc, dict) else None
         if not isinstance(data, list):
             log.warning("model list of upstream %s: unexpected body", upstream.name)
             return None

@@ -54,7 +54,7 @@ UPSTREAM = UpstreamSide(
     path="/chat/completions",
     auth_headers=lambda key: {"Authorization": f"Bearer {key}"},
     encode_request=upstream_request.encode,
-    decode_response=response.decode,
+    decode_response=lambda doc, upstream: response.decode(doc),
     stream_decoder=lambda req, up: ChatStreamDecoder(expect_usage=up.stream_usage),
     error_in_body=_error_in_body,
     # OpenRouter-style servers take Anthropic's caching hint on content parts and tools; strict ones

@@ -88,7 +88,7 @@ UPSTREAM = UpstreamSide(
     path="/messages",
     auth_headers=lambda key: {"x-api-key": key},
     encode_request=_encode_request,
-    decode_response=upstream_response.decode,
+    decode_response=lambda doc, upstream: upstream_response.decode(doc),
     stream_decoder=lambda req, up: MessagesStreamDecoder(),
     error_in_body=_error_in_body,
     required_headers={"anthropic-version": ANTHROPIC_VERSION},
@@ -112,15 +112,13 @@ PASSTHROUGH = Passthrough(
     relayed_error=relayed_error_body,
 )
 
-def _count_tokens(body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """`POST /v1/messages/count_tokens`: a local estimate of the prompt's tokens (the model it names
-    must be one the client's key may use, which the edge checks). Claude Code adds `?beta=true`."""
-    req = request.decode(body, count_tokens=True)
-    return req.model, {"input_tokens": estimate_input_tokens(req)}
-
-
+# `POST /v1/messages/count_tokens` (Claude Code adds `?beta=true`): the prompt's tokens, counted by the
+# upstream where its protocol can (Gemini), else estimated locally; the model it names must be one
+# the client's key may use, which the edge checks.
 PROTOCOL = Protocol(name="messages", title="Anthropic Messages", client=CLIENT, upstream=UPSTREAM,
                     passthrough=PASSTHROUGH, aliases=("anthropic",),
-                    endpoints=(Endpoint("local", CLIENT.path + "/count_tokens", answer=_count_tokens),))
+                    endpoints=(Endpoint("local", CLIENT.path + "/count_tokens",
+                                        counted=lambda body: request.decode(body, count_tokens=True),
+                                        count_answer=lambda n: {"input_tokens": n}),))
 
 __all__ = ["PROTOCOL", "thinking_enabled"]

@@ -87,7 +87,7 @@ UPSTREAM = UpstreamSide(
     path="/responses",
     auth_headers=lambda key: {"Authorization": f"Bearer {key}"},
     encode_request=upstream_request.encode,
-    decode_response=upstream_response.decode,
+    decode_response=lambda doc, upstream: upstream_response.decode(doc),
     stream_decoder=lambda req, up: ResponsesStreamDecoder(),
     error_in_body=_error_in_body,
     # Anthropic's prompt-caching hint, as clients copy it onto content parts and tools.
