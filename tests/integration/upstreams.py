@@ -44,6 +44,8 @@ def proxy_speaking(protocol: str, demo: DemoUpstream, tmp: Path, **overrides: An
     `protocol`: for a module-scoped fixture parametrised over the upstream protocols."""
     config = base_config(demo.url, **overrides)
     config["upstreams"][0]["protocol"] = protocol
+    if protocol == "gemini":  # the API root: the proxy adds /v1beta
+        config["upstreams"][0]["base_url"] = demo.root
     server = start_proxy(config, tmp)
     try:
         yield server

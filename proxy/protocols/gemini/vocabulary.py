@@ -58,7 +58,7 @@ STATUS_NAMES = {
 # The proxy's error kinds a Gemini client gets with another status than the kind's default
 # (proxy.errors.KIND_STATUS): Google has no 413/415/402/529.
 KIND_STATUS = {"request_too_large": 400, "unsupported_media_type": 400, "method_not_allowed": 400,
-               "billing": 429, "overloaded": 503}
+               "billing": 429, "budget": 429, "overloaded": 503}
 # google.rpc status name → the proxy's error kind (an upstream's error body, an in-band error).
 KIND_FOR_STATUS_NAME = {
     "INVALID_ARGUMENT": "invalid_request", "FAILED_PRECONDITION": "invalid_request", "OUT_OF_RANGE": "invalid_request",
