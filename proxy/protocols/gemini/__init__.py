@@ -24,6 +24,10 @@ from proxy.protocols.gemini.vocabulary import API_VERSION, KIND_STATUS, URL_KEY
 
 PREFIX = f"/{API_VERSION}"
 MODELS = f"{PREFIX}/models"
+# google-genai 3 speaks `v1` unless told otherwise (GOOGLE_AI_API_DEFAULT_VERSION), gemini-cli `v1beta`:
+# the calls are served under both; `GET /v1/models` is the proxy's shared list, which carries
+# Gemini's `models` too (proxy/blueprints/models.py).
+CALL_ROOTS = (MODELS, "/v1/models")
 
 
 def _body_from_url(body: dict[str, Any], model: str, stream: bool, query: Mapping[str, str]) -> dict[str, Any]:
@@ -61,8 +65,8 @@ CLIENT = ClientSide(
     error_body=error_body,
     kind_status=KIND_STATUS,
     cors_headers=("x-goog-api-key", "x-goog-api-client"),
-    url_routes=(UrlRoute(f"{MODELS}/<path:model>:generateContent", stream=False),
-                UrlRoute(f"{MODELS}/<path:model>:streamGenerateContent", stream=True)),
+    url_routes=tuple(UrlRoute(f"{root}/<path:model>:{call}", stream=stream) for root in CALL_ROOTS
+                     for call, stream in (("generateContent", False), ("streamGenerateContent", True))),
     body_from_url=_body_from_url,
     key_header="x-goog-api-key",
     key_query="key",
@@ -89,8 +93,8 @@ PASSTHROUGH = Passthrough(
 
 PROTOCOL = Protocol(
     name="gemini", title="Google Gemini API", client=CLIENT, upstream=UPSTREAM, passthrough=PASSTHROUGH,
-    endpoints=(Endpoint("local", f"{MODELS}/<path:model>:countTokens", counted=request.count_tokens_request,
-                        count_answer=lambda n: {"totalTokens": n}),
+    endpoints=(*(Endpoint("local", f"{root}/<path:model>:countTokens", counted=request.count_tokens_request,
+                          count_answer=lambda n: {"totalTokens": n}) for root in CALL_ROOTS),
                Endpoint("catalog", MODELS, catalog=catalog.listing),
                Endpoint("catalog", f"{MODELS}/<path:model>", catalog=catalog.listing)),
 )
