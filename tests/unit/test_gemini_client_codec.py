@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import base64
 import json
+import shutil
+import subprocess
 from collections.abc import Iterable
 from typing import Any
 
@@ -339,6 +341,13 @@ def test_count_tokens_bodies() -> None:
         assert caught.value.info.status == 400 and caught.value.info.message.startswith(message)
 
 
+def test_openapi_nullable_any_of_and_nested_keywords() -> None:
+    assert json_schema({"anyOf": [{"type": "STRING"}], "nullable": True}) == {
+        "anyOf": [{"type": "string"}, {"type": "null"}]}
+    assert json_schema({"type": "ARRAY", "contains": {"type": "INTEGER"}, "maxItems": "3"}) == {
+        "type": "array", "contains": {"type": "integer"}, "maxItems": 3}
+
+
 def test_json_schema_leaves_json_schema_alone() -> None:
     schema = {"type": "object", "properties": {"nullable": {"type": "boolean"}}, "required": ["nullable"]}
     assert json_schema(schema, openapi=False) == schema
@@ -530,6 +539,62 @@ def test_keepalive_blank_lines_are_read_as_nothing_but_a_comment_breaks_the_sdk(
     assert "".join(r.text or "" for r in sdk_stream(frames)) == "Listing now\u2028."
     with pytest.raises(errors.UnknownApiResponseError):  # why not ": keepalive" (module docstring)
         sdk_stream([b": keepalive\r\n\r\n", *run(GeminiStreamEncoder("m", sse=True), story())])
+
+
+# The two JavaScript SSE loops: the one inside gemini-cli 0.61's bundle (@google/genai's older
+# `processStreamResponse`, a regex anchored at the buffer's start) and js-genai's current one
+# (`src/_api_client.ts`: split at the first blank line, keep events starting `data:`). Both
+# re-implemented as they read, run on the bytes at every split point.
+JS_PARSERS = r"""
+import fs from 'fs';
+const data = fs.readFileSync(0);
+const re = /^\s*data: (.*)(?:\n\n|\r\r|\r\n\r\n)/;
+function oldParse(chunks) {
+  const out = []; let buf = ''; const dec = new TextDecoder('utf-8');
+  for (const c of chunks) { buf += dec.decode(c, {stream: true});
+    let m = buf.match(re);
+    while (m) { out.push(JSON.parse(m[1])); buf = buf.slice(m[0].length); m = buf.match(re); } }
+  if (buf.trim().length > 0) throw new Error('Incomplete JSON segment at the end');
+  return out;
+}
+function newParse(chunks) {
+  const out = []; let buf = ''; const dec = new TextDecoder('utf-8'); const delims = ['\n\n', '\r\r', '\r\n\r\n'];
+  for (const c of chunks) { buf += dec.decode(c, {stream: true});
+    while (true) { let di = -1, dl = 0;
+      for (const d of delims) { const i = buf.indexOf(d); if (i !== -1 && (di === -1 || i < di)) { di = i; dl = d.length; } }
+      if (di === -1) break;
+      const ev = buf.substring(0, di).trim(); buf = buf.substring(di + dl);
+      if (ev.startsWith('data:')) out.push(JSON.parse(ev.substring(5).trim())); } }
+  return out;
+}
+const whole = JSON.stringify(oldParse([data]));
+if (JSON.stringify(newParse([data])) !== whole) throw new Error('the parsers differ');
+for (let cut = 1; cut < data.length; cut++) {
+  const parts = [data.subarray(0, cut), data.subarray(cut)];
+  if (JSON.stringify(oldParse(parts)) !== whole || JSON.stringify(newParse(parts)) !== whole)
+    throw new Error('differs at ' + cut);
+}
+process.stdout.write(whole);
+"""
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+def test_the_javascript_parsers_read_the_stream_at_every_split() -> None:
+    enc = GeminiStreamEncoder("m", sse=True)
+    frames = [*enc.keepalive()]
+    for ev in story():
+        frames += enc.encode(ev) + enc.keepalive()
+
+    def js(data: bytes) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(["node", "--input-type=module", "-e", JS_PARSERS], input=data, capture_output=True,
+                              timeout=60, check=False)
+
+    done = js(b"".join(frames))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == sse_docs(run(GeminiStreamEncoder("m", sse=True), story()))
+    # what the encoder avoids: a raw U+2028 and a comment line stall gemini-cli's regex
+    assert js('data: {"a":"x\u2028y"}\r\n\r\n'.encode()).returncode != 0
+    assert js(b": keepalive\r\n\r\ndata: {}\r\n\r\n").returncode != 0
 
 
 def test_stream_reasoning_left_out_when_not_asked() -> None:

@@ -33,6 +33,10 @@ KNOWN_CONFIG = ("temperature", "topP", "topK", "maxOutputTokens", "stopSequences
 KNOWN_FIELDS = ("model", URL_KEY, "contents", "systemInstruction", "tools", "toolConfig", "generationConfig")
 # OpenAPI Schema fields that are int64, which proto JSON writes as strings ("minItems": "1").
 _INT64 = ("minItems", "maxItems", "minLength", "maxLength", "minProperties", "maxProperties")
+# Where a schema holds schemas: by name, or as one schema or a list of them.
+_SCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties", "dependentSchemas")
+_SUBSCHEMAS = ("items", "anyOf", "oneOf", "allOf", "not", "additionalProperties", "prefixItems", "if", "then", "else",
+               "contains", "propertyNames", "unevaluatedProperties", "unevaluatedItems", "additionalItems")
 
 
 def model_and_stream(body: dict[str, Any]) -> tuple[str, bool]:
@@ -155,9 +159,9 @@ def json_schema(schema: Any, openapi: bool = True) -> Any:
                 out[key] = value.lower()
         elif key == "type" and isinstance(value, list):
             out[key] = [v.lower() if isinstance(v, str) else v for v in value]
-        elif key in ("properties", "$defs", "definitions", "patternProperties") and isinstance(value, dict):
+        elif key in _SCHEMA_MAPS and isinstance(value, dict):
             out[key] = {name: json_schema(s, openapi) for name, s in value.items()}
-        elif key in ("items", "anyOf", "oneOf", "allOf", "not", "additionalProperties", "prefixItems"):
+        elif key in _SUBSCHEMAS:
             out[key] = json_schema(value, openapi)
         elif openapi and key in ("nullable", "propertyOrdering"):
             continue
@@ -165,8 +169,11 @@ def json_schema(schema: Any, openapi: bool = True) -> Any:
             out[key] = int(value)
         else:
             out[key] = value
-    if openapi and schema.get("nullable") is True and isinstance(out.get("type"), str):
-        out["type"] = [out["type"], "null"]
+    if openapi and schema.get("nullable") is True:
+        if isinstance(out.get("type"), str):
+            out["type"] = [out["type"], "null"]
+        elif isinstance(out.get("anyOf"), list):
+            out["anyOf"] = [*out["anyOf"], {"type": "null"}]
     return out
 
 
