@@ -517,8 +517,16 @@ def test_line_separators_are_escaped() -> None:
     assert "\u2028".encode() not in data and b"\\u2028" in data
 
 
+def with_keepalives(sse: bool) -> list[bytes]:
+    enc = GeminiStreamEncoder("gm-1", sse=sse)
+    frames = [*enc.keepalive()]
+    for ev in story():
+        frames += enc.encode(ev) + enc.keepalive()
+    return frames
+
+
 def test_the_sdk_reads_the_sse_stream_at_every_split() -> None:
-    frames = run(GeminiStreamEncoder("gm-1", sse=True), story())
+    frames = with_keepalives(sse=True)
     data = b"".join(frames)
     whole = sdk_stream(frames)
     assert "".join(r.text or "" for r in whole) == "Listing now\u2028."
@@ -531,11 +539,8 @@ def test_the_sdk_reads_the_sse_stream_at_every_split() -> None:
 
 
 def test_keepalive_blank_lines_are_read_as_nothing_but_a_comment_breaks_the_sdk() -> None:
-    enc = GeminiStreamEncoder("m", sse=True)
-    frames = [*enc.keepalive()]
-    for ev in story():
-        frames += enc.encode(ev) + enc.keepalive()
-    assert frames[0] == b"\r\n" and enc.keepalive() == []  # done: nothing more
+    frames = with_keepalives(sse=True)
+    assert frames[0] == b"\r\n" and frames[-1].startswith(b"data: ")  # done: no keepalive after the end
     assert "".join(r.text or "" for r in sdk_stream(frames)) == "Listing now\u2028."
     with pytest.raises(errors.UnknownApiResponseError):  # why not ": keepalive" (module docstring)
         sdk_stream([b": keepalive\r\n\r\n", *run(GeminiStreamEncoder("m", sse=True), story())])
@@ -580,10 +585,7 @@ process.stdout.write(whole);
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
 def test_the_javascript_parsers_read_the_stream_at_every_split() -> None:
-    enc = GeminiStreamEncoder("m", sse=True)
-    frames = [*enc.keepalive()]
-    for ev in story():
-        frames += enc.encode(ev) + enc.keepalive()
+    frames = with_keepalives(sse=True)
 
     def js(data: bytes) -> subprocess.CompletedProcess[bytes]:
         return subprocess.run(["node", "--input-type=module", "-e", JS_PARSERS], input=data, capture_output=True,
@@ -591,7 +593,7 @@ def test_the_javascript_parsers_read_the_stream_at_every_split() -> None:
 
     done = js(b"".join(frames))
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == sse_docs(run(GeminiStreamEncoder("m", sse=True), story()))
+    assert json.loads(done.stdout) == sse_docs(run(GeminiStreamEncoder("gm-1", sse=True), story()))
     # what the encoder avoids: a raw U+2028 and a comment line stall gemini-cli's regex
     assert js('data: {"a":"x\u2028y"}\r\n\r\n'.encode()).returncode != 0
     assert js(b": keepalive\r\n\r\ndata: {}\r\n\r\n").returncode != 0
@@ -636,7 +638,9 @@ def test_sse_failure_mid_stream_raises_in_the_sdk() -> None:
     enc = GeminiStreamEncoder("m", sse=True)
     frames = run(enc, story()[:8]) + enc.fail(ErrorInfo("rate_limit", "slow down", 429))
     assert enc.done and enc.encode(Finish(ir.STOP)) == [] and enc.fail(ErrorInfo("api_error", "x")) == []
-    assert sse_docs(frames)[-1] == {"error": {"code": 429, "message": "slow down", "status": "RESOURCE_EXHAUSTED"}}
+    # the bare error object, in a write of its own (framing.py says why)
+    assert json.loads(frames[-1]) == {"error": {"code": 429, "message": "slow down", "status": "RESOURCE_EXHAUSTED"}}
+    assert frames[-1].endswith(b"}\r\n\r\n")
     with pytest.raises(errors.ClientError) as caught:
         sdk_stream(frames)
     assert caught.value.code == 429
@@ -651,13 +655,10 @@ def test_failure_event_ends_the_stream_too() -> None:
 
 def test_array_mode() -> None:
     enc = GeminiStreamEncoder("gm-1", sse=False)
-    assert enc.keepalive() == []  # nothing before "["
-    frames: list[bytes] = []
-    for ev in story():
-        frames += enc.encode(ev)
-        frames += enc.keepalive()
+    assert enc.keepalive() == [b"[\n"]  # opens the array: whitespace may come before an element
+    frames = with_keepalives(sse=False)
     data = b"".join(frames)
-    assert data.startswith(b"[{") and data.endswith(b"]") and b",\r\n{" in data
+    assert data.startswith(b"[\n") and data.endswith(b"]") and b",\r\n{" in data
     docs = json.loads(data)
     assert docs == sse_docs(run(GeminiStreamEncoder("gm-1", sse=True), story()))
 

@@ -10,24 +10,20 @@ google-genai's chat helper drops a turn any of whose chunks has no part, and gem
 empty text part while still reading the finish reason. Every chunk has `modelVersion` and
 `responseId`, as Google's do. Citations go on the last chunk, offsets in bytes of the text.
 
-Framing, from the SDKs' parsers:
-- `sse=True` (`?alt=sse`): `data: <json>\r\n\r\n`, no [DONE], as Google sends it. google-genai
-  (`google/genai/_api_client.py`, `_SseLineDecoder` + `HttpResponse._iter_response_stream`) splits
-  lines at CR, LF or CRLF; @google/genai (`src/_api_client.ts` `processStreamResponse`; the older
-  build inside gemini-cli 0.61 matches `/^\s*data: (.*)(?:\n\n|\r\r|\r\n\r\n)/`) needs `data: ` with
-  the space and a blank line of the same kind. Both take CRLF and LF; CRLF is what Google sends.
-  U+2028 / U+2029 are written escaped: JavaScript's `.` does not match them, so a raw one would
-  stop that regex from ever matching the event.
-- `sse=False`: one JSON array, written as it goes: `[` with the first chunk, `,\r\n` before each
-  next one, `]` after the last.
-- An error after the first byte: a chunk `{"error": {code, message, status}}`, then the end (the
-  array closed after it). google-genai raises `APIError` for a chunk starting `{"error":`.
-- Keepalive: no comment frame. google-genai hands any non-`data:` line to its raw-JSON buffer and
-  fails on `: keepalive` (UnknownApiResponseError), and the gemini-cli regex, anchored at the
-  start of its buffer, would never match again. A bare blank line (`\r\n`) is safe in all three:
-  an SSE event with no data, skipped by google-genai (empty line, nothing buffered), eaten by the
-  regex's leading `\s*`, trimmed away by the newer JS parser. In an array, `\r\n` is whitespace
-  between elements — sent only once `[` is out, and never before the first chunk.
+Framing is `framing`'s (SSE events `data: <json>` + CRLF CRLF, no [DONE]; or one JSON array
+written as it goes; a blank-line keepalive; a failure as the bare error object), which this
+encoder feeds with JSON it has already written, U+2028 / U+2029 escaped: JavaScript's `.` does not
+match them, so a raw one in a chunk would stop @google/genai's older regex
+(`^\s*data: (.*)(?:\n\n|\r\r|\r\n\r\n)`, the parser inside gemini-cli 0.61) from ever matching
+that event. What the SDKs' parsers do with each choice is checked by
+tests/unit/test_gemini_client_codec.py: google-genai's own (`google/genai/_api_client.py`,
+`_SseLineDecoder` and `HttpResponse._iter_response_stream`) through its public API, and the two
+JavaScript loops (gemini-cli's bundled one and js-genai's `src/_api_client.ts`
+`processStreamResponse`) re-implemented and run under node, at every byte split. Found there:
+an SSE comment (`: keepalive`) is handed to google-genai's raw-JSON buffer (`_RawJsonLineBuffer`)
+and raises UnknownApiResponseError, and leaves the gemini-cli regex unmatched for good; a blank
+line is skipped by google-genai (an empty line with no data buffered), eaten by the regex's
+leading `\s*` and trimmed away by js-genai. Both take CRLF and LF; CRLF is what Google sends.
 Pure: must not import Flask or requests.
 """
 
@@ -40,11 +36,10 @@ from proxy.ir.request import OutputPart, ReasoningPart, TextPart, ToolCallPart
 from proxy.ir.response import ErrorInfo, Usage
 from proxy.protocols.gemini import carrier
 from proxy.protocols.gemini.errors import error_body
+from proxy.protocols.gemini.framing import SSE_KEEPALIVE, ArrayWriter, sse_error, sse_frame
 from proxy.protocols.gemini.response import candidate, citation_entry, finish_reason, function_call, new_id
 from proxy.protocols.gemini.vocabulary import usage_to_gemini
 from proxy.protocols.sse import dumps
-
-KEEPALIVE = b"\r\n"
 
 
 def frame_json(obj: Any) -> bytes:
@@ -73,7 +68,7 @@ class GeminiStreamEncoder:
         self.dropped: dict[str, int] = {}
         self._id = new_id()
         self._usage = Usage()
-        self._opened = False  # array mode: "[" is out
+        self._array = None if sse else ArrayWriter()
         self._blocks: dict[int, _Block] = {}
         self._held: list[ReasoningPart] = []
         self._offset = 0
@@ -119,18 +114,17 @@ class GeminiStreamEncoder:
         return []
 
     def keepalive(self) -> list[bytes]:
-        if self.done or not (self.sse or self._opened):
+        if self.done:
             return []
-        return [KEEPALIVE]
+        return [SSE_KEEPALIVE if self._array is None else self._array.keepalive()]
 
     def fail(self, info: ErrorInfo) -> list[bytes]:
         if self.done:
             return []
         self.done = True
-        frames = [self._frame(error_body(info))]
-        if not self.sse:
-            frames.append(b"]")
-        return frames
+        if self._array is None:
+            return [sse_error(error_body(info))]
+        return [self._array.element(frame_json(error_body(info))), self._array.end()]
 
     # ------------------------------------------------------------ states
 
@@ -185,8 +179,8 @@ class GeminiStreamEncoder:
         body["usageMetadata"] = usage_to_gemini(self._usage)
         frames = [self._frame(body)]
         self.done = True
-        if not self.sse:
-            frames.append(b"]")
+        if self._array is not None:
+            frames.append(self._array.end())
         return frames
 
     def _chunk(self, part: dict[str, Any]) -> bytes:
@@ -198,9 +192,4 @@ class GeminiStreamEncoder:
 
     def _frame(self, obj: dict[str, Any]) -> bytes:
         data = frame_json(obj)
-        if self.sse:
-            return b"data: " + data + b"\r\n\r\n"
-        if self._opened:
-            return b",\r\n" + data
-        self._opened = True
-        return b"[" + data
+        return sse_frame(data) if self._array is None else self._array.element(data)
