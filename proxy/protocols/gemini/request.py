@@ -39,10 +39,6 @@ _SUBSCHEMAS = ("items", "anyOf", "oneOf", "allOf", "not", "additionalProperties"
                "contains", "propertyNames", "unevaluatedProperties", "unevaluatedItems", "additionalItems")
 
 
-def model_and_stream(body: dict[str, Any]) -> tuple[str, bool]:
-    return body["model"], bool((body.get(URL_KEY) or {}).get("stream"))
-
-
 def include_thoughts(body: dict[str, Any]) -> bool:
     """Whether the client asked to see thought parts (`thinkingConfig.includeThoughts`)."""
     config = body.get("generationConfig")
