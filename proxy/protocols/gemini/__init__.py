@@ -18,6 +18,7 @@ from proxy.protocols.codec import Answer, ClientSide, Endpoint, Passthrough, Pro
 from proxy.protocols.exchange import Exchange
 from proxy.protocols.gemini import catalog, passthrough, request, response, upstream_request, upstream_response
 from proxy.protocols.gemini.errors import error_body, error_from_gemini
+from proxy.protocols.gemini.spelling import camel_keys
 from proxy.protocols.gemini.stream_decode import GeminiStreamDecoder
 from proxy.protocols.gemini.stream_encode import GeminiStreamEncoder
 from proxy.protocols.gemini.vocabulary import API_VERSION, KIND_STATUS, URL_KEY
@@ -32,7 +33,7 @@ CALL_ROOTS = (MODELS, "/v1/models")
 
 def _body_from_url(body: dict[str, Any], model: str, stream: bool, query: Mapping[str, str]) -> dict[str, Any]:
     url = {"stream": stream, "sse": query.get("alt") == "sse"}
-    return {**body, "model": model.removeprefix("models/"), URL_KEY: url}
+    return {**camel_keys(body), "model": model.removeprefix("models/"), URL_KEY: url}
 
 
 def _url(body: dict[str, Any]) -> dict[str, Any]:
