@@ -42,7 +42,8 @@ def _url(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def _encode_response(resp: Response, ex: Exchange) -> Answer:
-    return Answer(response.encode(resp, ex.model))
+    # Thought parts only when asked for (`includeThoughts`), as the API does; their tokens go regardless.
+    return Answer(response.encode(resp, ex.model, include_thoughts=request.include_thoughts(ex.body)))
 
 
 def _error_in_body(doc: dict[str, Any], secrets: tuple[str, ...]) -> ErrorInfo | None:
@@ -62,7 +63,8 @@ CLIENT = ClientSide(
     model_and_stream=lambda body: (body["model"], bool(_url(body).get("stream"))),
     decode_request=request.decode,
     encode_response=_encode_response,
-    stream_encoder=lambda ex: GeminiStreamEncoder(ex.model, sse=bool(_url(ex.body).get("sse"))),
+    stream_encoder=lambda ex: GeminiStreamEncoder(ex.model, sse=bool(_url(ex.body).get("sse")),
+                                                  include_thoughts=request.include_thoughts(ex.body)),
     error_body=error_body,
     kind_status=KIND_STATUS,
     cors_headers=("x-goog-api-key", "x-goog-api-client"),
