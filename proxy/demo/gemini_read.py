@@ -14,6 +14,7 @@ scenario looks at and nothing more:
   (ids made up where Gemini gives none);
 - `tools[].functionDeclarations` (`parametersJsonSchema`, or the OpenAPI-subset `parameters` with
   its upper-case type names lowered) → Chat tools; `toolConfig.functionCallingConfig` → tool_choice;
+- field names in snake_case as well as lowerCamelCase (`camel`), as Google's JSON parser takes both;
 - `generationConfig`: maxOutputTokens, stopSequences, a JSON `responseMimeType` with its schema →
   response_format, `thinkingConfig.includeThoughts` → reasoning_effort (thoughts are shown only
   when asked for, as Gemini does).
@@ -26,6 +27,25 @@ import json
 from typing import Any
 
 CHOICES = {"NONE": "none", "AUTO": "auto", "VALIDATED": "auto"}
+# Values that are the caller's own JSON, whose keys are not field names: left as they are.
+OPAQUE = {"args", "response", "parameters", "parametersJsonSchema", "responseSchema", "responseJsonSchema",
+          "responseJsonSchemaOrdering"}
+
+
+def camel(value: Any) -> Any:
+    """The request with its field names in lowerCamelCase. Google parses JSON the protobuf way, which
+    takes a field's proto name too (`function_call`, `thought_signature`), and google-genai sends
+    some that way (`parameters_json_schema`); the rest of the demo reads one spelling."""
+    if isinstance(value, list):
+        return [camel(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out = {}
+    for key, sub in value.items():
+        head, *rest = str(key).split("_")
+        name = head + "".join(w[:1].upper() + w[1:] for w in rest)
+        out[name] = sub if name in OPAQUE else camel(sub)
+    return out
 
 
 def chat_body(request: dict[str, Any], model: str, stream: bool) -> dict[str, Any]:

@@ -9,6 +9,10 @@ config names):
   GET  .../v1beta/models?pageSize=&pageToken=              the models list, paged
   GET  .../v1beta/models/{model}                           one entry (any name: the demo serves any)
 
+The same under `/v1` (the Gemini API's stable version, which google-genai 3 uses by default) for a
+request that carries a Gemini key (`x-goog-api-key` or `?key=`): there `/v1/models` is otherwise the
+OpenAI model list.
+
 Owns that routing — the `:` may come percent-encoded (`%3A`), a `models/` prefix is accepted — and
 running the scenario behind it: the request read by the demo's own reader (gemini_read.py), checked
 as Gemini checks contents (strict.py) and, when enforced, thought signatures (gemini_signatures.py),
@@ -28,6 +32,7 @@ from proxy.demo import gemini_signatures as signatures
 from proxy.demo.http import HTTPRequest, Writer
 
 PREFIX = "/v1beta/models"
+STABLE = "/v1/models"
 GENERATE = ("generateContent", "streamGenerateContent")
 NO_KEY = ("Method doesn't allow unregistered callers (callers without established identity). Please use API Key or "
           "other form of API consumer identity to call this API.")
@@ -41,13 +46,14 @@ class Host(Protocol):
     def _run(self, plan: scenarios.Plan, w: Writer, rid: str) -> None: ...
 
 
-def handles(path: str) -> bool:
-    return PREFIX in path
+def handles(req: HTTPRequest) -> bool:
+    keyed = bool(req.headers.get("x-goog-api-key") or req.query.get("key"))
+    return PREFIX in req.path or (STABLE in req.path and keyed)
 
 
 def target(path: str) -> tuple[str, str]:
     """The model and method a path names ("" for none): `…/models/NAME:METHOD`, `:` maybe as %3A."""
-    rest = unquote(path.split(PREFIX, 1)[1]).strip("/")
+    rest = unquote(path.split(PREFIX if PREFIX in path else STABLE, 1)[1]).strip("/")
     rest = rest[len("models/"):] if rest.startswith("models/") else rest
     model, _, method = rest.partition(":")
     return model, method
@@ -91,6 +97,7 @@ def serve(host: Host, req: HTTPRequest, w: Writer, body: Any, rid: str, first_tr
         return fail(404, gemini_face.error_body(404, f"Method not found: {req.method} {req.path}"))
     if not isinstance(body, dict):
         return fail(400, gemini_face.error_body(400, "Invalid JSON payload received."))
+    body = gemini_read.camel(body)
     if method == "countTokens":
         return _count(body, w)
     problem = strict.gemini_problem(body)

@@ -61,12 +61,25 @@ def valid(signature: Any, model: str, part: dict[str, Any]) -> bool:
     """Whether `signature`, found on `part` of a model content, is one this model minted for it."""
     if signature == SKIP:
         return True
-    if not isinstance(signature, str):
+    raw = _bytes(signature)
+    if raw is None:
         return False
     call = part.get("functionCall")
     kinds = ("call",) if isinstance(call, dict) else ("thought", "text")
-    return any(hmac.compare_digest(signature.encode(), mint(model, kind, call if kind == "call" else None).encode())
+    return any(hmac.compare_digest(raw, base64.b64decode(mint(model, kind, call if kind == "call" else None)))
                for kind in kinds)
+
+
+def _bytes(signature: Any) -> bytes | None:
+    """A signature's bytes: it is a proto `bytes` field, which JSON carries in base64 of either
+    alphabet, padded or not (google-genai decodes it and sends it back URL-safe)."""
+    if not isinstance(signature, str):
+        return None
+    text = signature.replace("-", "+").replace("_", "/")
+    try:
+        return base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
+    except ValueError:  # binascii.Error is one
+        return None
 
 
 def current_turn(contents: list[Any]) -> int:

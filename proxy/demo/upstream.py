@@ -92,7 +92,7 @@ class DemoUpstream:
         if req.path.startswith("/_demo/"):
             return self._control(req, w)
         key = _presented_key(req.headers) or req.query.get("key")  # Gemini's keys may come as ?key=
-        gemini = gemini_routes.handles(req.path)
+        gemini = gemini_routes.handles(req)
         rid = req.headers.get("x-request-id", "")
         record: dict[str, Any] = {"request_id": rid, "method": req.method, "path": req.path, "key": key,
                                   "headers": req.headers, "body": None, "received_at": time.time(),

@@ -394,3 +394,39 @@ def test_a_refusal_on_a_stream_without_sse_is_an_array(demo: DemoUpstream) -> No
     contents[1]["parts"][0].pop("thoughtSignature")
     w = call(demo, "POST", f"/v1beta/models/{G3}:streamGenerateContent", {"contents": contents, "tools": [BASH]})
     assert w.status == 400 and w.json()[0]["error"]["message"] == MISSING.format(2)
+
+
+def test_a_signature_sent_back_url_safe_and_unpadded_is_the_same_signature(demo: DemoUpstream) -> None:
+    """google-genai decodes a signature to bytes and sends it back in base64's URL-safe alphabet."""
+    contents = chain_turn(demo, G3, "go [demo:chain=3] [demo:pace=0]")
+    for content in contents[1::2]:
+        part = content["parts"][0]
+        part["thoughtSignature"] = part["thoughtSignature"].replace("+", "-").replace("/", "_").rstrip("=")
+    assert refused(demo, contents) is None
+
+
+def test_field_names_in_snake_case_are_read_as_google_reads_them(demo: DemoUpstream) -> None:
+    """Google's JSON parser takes a field's proto name too; google-genai sends `parameters_json_schema`."""
+    tool = {"function_declarations": [{"name": "Bash", "parameters_json_schema": {
+        "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}]}
+    body = {"contents": [{"role": "user", "parts": [{"text": "[demo:tool] [demo:pace=0]"}]}], "tools": [tool],
+            "tool_config": {"function_calling_config": {"mode": "ANY"}},
+            "generation_config": {"thinking_config": {"include_thoughts": True}}}
+    (answer,) = generate(demo, body, model=G3)
+    thought, call_part = answer["candidates"][0]["content"]["parts"]
+    assert thought["thought"] and call_part["functionCall"]["args"] == {"command": "echo hello from the llm-proxy demo"}
+    contents = [*body["contents"], {"role": "model", "parts": [{
+        "function_call": call_part["functionCall"], "thought_signature": call_part["thoughtSignature"]}]},
+        {"role": "user", "parts": [{"function_response": {"name": "Bash", "response": {"output": "hi"}}}]}]
+    assert refused(demo, contents) is None
+    del contents[1]["parts"][0]["thought_signature"]
+    assert refused(demo, contents) == MISSING.format(2)
+
+
+def test_the_stable_version_path_when_a_gemini_key_comes_with_it(demo: DemoUpstream) -> None:
+    """google-genai 3 speaks `/v1` by default; `/v1/models` without a Gemini key stays OpenAI's list."""
+    (answer,) = [call(demo, "POST", "/v1/models/demo-model:generateContent", ask("Hello!")).json()]
+    assert text_of([answer]) == ANSWER
+    assert call(demo, "GET", "/v1/models", query={"key": "k"}, headers={}).json()["models"][0]["name"].startswith(
+        "models/")
+    assert call(demo, "GET", "/v1/models", headers={"authorization": "Bearer k"}).json()["object"] == "list"
