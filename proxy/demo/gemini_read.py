@@ -13,7 +13,8 @@ scenario looks at and nothing more:
 - model parts: thought text → `reasoning_content`, text → content, each `functionCall` → a tool call
   (ids made up where Gemini gives none);
 - `tools[].functionDeclarations` (`parametersJsonSchema`, or the OpenAPI-subset `parameters` with
-  its upper-case type names lowered) → Chat tools; `toolConfig.functionCallingConfig` → tool_choice;
+  its upper-case type names lowered, as they are in any schema: gemini-cli writes them so even in
+  a `responseJsonSchema`) → Chat tools; `toolConfig.functionCallingConfig` → tool_choice;
 - field names in snake_case as well as lowerCamelCase (`camel`), as Google's JSON parser takes both;
 - `generationConfig`: maxOutputTokens, stopSequences, a JSON `responseMimeType` with its schema →
   response_format, `thinkingConfig.includeThoughts` → reasoning_effort (thoughts are shown only
@@ -131,8 +132,8 @@ def _result(response: dict[str, Any], calls: list[dict[str, Any]]) -> dict[str, 
 
 def _tool(declaration: dict[str, Any]) -> dict[str, Any]:
     schema = declaration.get("parametersJsonSchema")
-    if not isinstance(schema, dict):
-        schema = lowered(declaration.get("parameters")) if isinstance(declaration.get("parameters"), dict) else {}
+    schema = lowered(schema if isinstance(schema, dict) else declaration.get("parameters"))
+    schema = schema if isinstance(schema, dict) else {}
     function = {"name": str(declaration.get("name") or ""), "parameters": schema or {"type": "object",
                                                                                    "properties": {}}}
     if declaration.get("description"):
@@ -166,7 +167,7 @@ def _generation(config: dict[str, Any]) -> dict[str, Any]:
     if config.get("stopSequences"):
         out["stop"] = config["stopSequences"]
     if config.get("responseMimeType") == "application/json":
-        schema = config.get("responseJsonSchema") or lowered(config.get("responseSchema"))
+        schema = lowered(config.get("responseJsonSchema") or config.get("responseSchema"))
         out["response_format"] = ({"type": "json_schema", "json_schema": {"name": "response", "schema": schema}}
                                   if isinstance(schema, dict) else {"type": "json_object"})
     thinking = config.get("thinkingConfig") or {}

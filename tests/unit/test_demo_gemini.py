@@ -270,9 +270,10 @@ def test_tool_config_and_a_json_answer_are_read(demo: DemoUpstream) -> None:
     # gemini-cli's routing call: a JSON answer by a schema in OpenAPI's upper-case type names
     schema = {"type": "OBJECT", "properties": {"reasoning": {"type": "STRING"}, "model_choice": {
         "type": "STRING", "enum": ["flash", "pro"]}}, "required": ["reasoning", "model_choice"]}
-    config = {"generationConfig": {"responseMimeType": "application/json", "responseSchema": schema}}
-    answer = json.loads(text_of(generate(demo, ask("route this", **config), model="gemini-2.5-flash-lite")))
-    assert answer["model_choice"] == "flash" and isinstance(answer["reasoning"], str)
+    for field in ("responseSchema", "responseJsonSchema"):
+        config = {"generationConfig": {"responseMimeType": "application/json", field: schema}}
+        answer = json.loads(text_of(generate(demo, ask("route this", **config), model="gemini-2.5-flash-lite")))
+        assert answer["model_choice"] == "flash" and isinstance(answer["reasoning"], str)
 
 
 def test_a_dependent_chain_reads_function_responses_back(demo: DemoUpstream) -> None:
