@@ -13,7 +13,8 @@ out between the proxy and the upstream its tests run against (proxy/demo/faces.p
 - `candidatesTokenCount` leaves the thoughts out: of the scenario's completion tokens, up to its
   reasoning tokens are `thoughtsTokenCount` and the rest are candidates (so every face reports the
   same output in all);
-- `modelVersion` (the model the URL named) and `responseId` on every chunk.
+- `modelVersion` (the model the URL named) and `responseId` on every chunk;
+- a cited answer (`[demo:cite]`) gets `citationMetadata.citationSources` on its last chunk.
 Signed answers (proxy/demo/gemini_signatures.py) carry thought signatures where Gemini 3 puts them:
 on the first functionCall of the step (parallel calls: only the first); on the thought — on the
 thought part in a whole answer, on an empty text part right after the thought text in a stream
@@ -87,10 +88,12 @@ def usage_metadata(usage: dict[str, Any]) -> dict[str, Any]:
 
 
 def _citations(annotations: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"citations": [{"startIndex": a["url_citation"].get("start_index", 0),
-                           "endIndex": a["url_citation"].get("end_index", 0),
-                           "uri": a["url_citation"].get("url"), "title": a["url_citation"].get("title")}
-                          for a in annotations if isinstance(a.get("url_citation"), dict)]}
+    """Chat url_citations as the Gemini API's `citationSources` (Vertex AI's `citations`, with a
+    title, is "not supported in Gemini API": js-genai's Citation type docs)."""
+    return {"citationSources": [{"startIndex": a["url_citation"].get("start_index", 0),
+                                 "endIndex": a["url_citation"].get("end_index", 0),
+                                 "uri": a["url_citation"].get("url"), "license": ""}
+                                for a in annotations if isinstance(a.get("url_citation"), dict)]}
 
 
 def _call_parts(calls: list[dict[str, Any]], model: str, signed: bool) -> list[dict[str, Any]]:

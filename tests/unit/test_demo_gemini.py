@@ -102,8 +102,8 @@ def generate(demo: DemoUpstream, body: dict[str, Any], model: str = "demo-model"
         objects = w.json()
         assert w.content_type == "application/json" and isinstance(objects, list) and w.ended
         assert b",\r\n" in w.data or len(objects) == 1
-    for obj in objects:
-        types.GenerateContentResponse.model_validate(obj)
+    for obj in objects:  # (on a copy: the SDK's validators rename fields in place)
+        types.GenerateContentResponse.model_validate(json.loads(json.dumps(obj)))
     return objects
 
 
@@ -431,3 +431,15 @@ def test_the_stable_version_path_when_a_gemini_key_comes_with_it(demo: DemoUpstr
     assert call(demo, "GET", "/v1/models", query={"key": "k"}, headers={}).json()["models"][0]["name"].startswith(
         "models/")
     assert call(demo, "GET", "/v1/models", headers={"authorization": "Bearer k"}).json()["object"] == "list"
+
+
+@pytest.mark.parametrize("how", ["whole", "sse"])
+def test_a_cited_answer_names_its_source_as_the_gemini_api_does(demo: DemoUpstream, how: str) -> None:
+    objects = generate(demo, ask("[demo:cite]"), how=how)
+    text = text_of(objects)
+    (source,) = objects[-1]["candidates"][0]["citationMetadata"]["citationSources"]
+    assert source["uri"] == "https://github.com/llm-proxy/llm-proxy#the-demo"
+    assert (source["startIndex"], source["endIndex"]) == (0, len(text))
+    parsed = types.GenerateContentResponse.model_validate(json.loads(json.dumps(objects[-1])))
+    assert parsed.candidates and parsed.candidates[0].citation_metadata
+    assert parsed.candidates[0].citation_metadata.citations  # the SDK's name for them
