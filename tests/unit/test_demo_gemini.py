@@ -443,3 +443,15 @@ def test_a_cited_answer_names_its_source_as_the_gemini_api_does(demo: DemoUpstre
     parsed = types.GenerateContentResponse.model_validate(json.loads(json.dumps(objects[-1])))
     assert parsed.candidates and parsed.candidates[0].citation_metadata
     assert parsed.candidates[0].citation_metadata.citations  # the SDK's name for them
+
+
+def test_gemini_clis_shell_tool_is_the_one_a_chain_calls(demo: DemoUpstream) -> None:
+    """gemini-cli offers many tools, its shell one last among them: a chain calls the shell."""
+    shell = {"name": "run_shell_command", "parametersJsonSchema": {"type": "object", "properties": {
+        "command": {"type": "string"}, "description": {"type": "string"}}, "required": ["command"]}}
+    listing = {"name": "list_directory", "parametersJsonSchema": {"type": "object", "properties": {
+        "dir_path": {"type": "string"}}, "required": ["dir_path"]}}
+    tools = [{"functionDeclarations": [listing, shell]}]
+    (answer,) = generate(demo, ask("go [demo:chain=3]", tools=tools), model="gemini-2.5-pro")
+    (part,) = answer["candidates"][0]["content"]["parts"]
+    assert part["functionCall"] == {"name": "run_shell_command", "args": {"command": "echo step1"}}
