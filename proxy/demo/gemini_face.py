@@ -14,6 +14,8 @@ out between the proxy and the upstream its tests run against (proxy/demo/faces.p
   reasoning tokens are `thoughtsTokenCount` and the rest are candidates (so every face reports the
   same output in all);
 - `modelVersion` (the model the URL named) and `responseId` on every chunk;
+- with `[demo:cache]`, the prompt's prefix the account has sent before (proxy/demo/prompt_cache.py)
+  is `cachedContentTokenCount`, inside `promptTokenCount` as Gemini counts it;
 - a cited answer (`[demo:cite]`) gets `citationMetadata.citationSources` on its last chunk.
 Signed answers (proxy/demo/gemini_signatures.py) carry thought signatures where Gemini 3 puts them:
 on the first functionCall of the step (parallel calls: only the first); on the thought — on the
@@ -75,7 +77,9 @@ def model_page(names: list[str], page_size: str | None, page_token: str | None) 
     return page
 
 
-def usage_metadata(usage: dict[str, Any]) -> dict[str, Any]:
+def usage_metadata(usage: dict[str, Any], cached: int = 0) -> dict[str, Any]:
+    """Chat usage as `usageMetadata`; `cached`: prompt tokens read from the cache, which Gemini
+    counts inside `promptTokenCount` and names again as `cachedContentTokenCount`."""
     prompt, completion = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
     reasoning = int((usage.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0)
     thoughts = min(reasoning, completion)
@@ -84,6 +88,9 @@ def usage_metadata(usage: dict[str, Any]) -> dict[str, Any]:
                            "promptTokensDetails": [{"modality": "TEXT", "tokenCount": prompt}]}
     if thoughts:
         out["thoughtsTokenCount"] = thoughts
+    if cached:
+        out["cachedContentTokenCount"] = min(cached, prompt)
+        out["cacheTokensDetails"] = [{"modality": "TEXT", "tokenCount": min(cached, prompt)}]
     return out
 
 
@@ -115,7 +122,7 @@ def _response_id() -> str:
     return "demo" + uuid.uuid4().hex[:18]
 
 
-def whole(completion: dict[str, Any], model: str, signed: bool) -> dict[str, Any]:
+def whole(completion: dict[str, Any], model: str, signed: bool, cached: int = 0) -> dict[str, Any]:
     """A whole Chat completion as one GenerateContentResponse."""
     choice = (completion.get("choices") or [{}])[0]
     message = choice.get("message") or {}
@@ -135,7 +142,7 @@ def whole(completion: dict[str, Any], model: str, signed: bool) -> dict[str, Any
     if message.get("annotations"):
         candidate["citationMetadata"] = _citations(message["annotations"])
     answer = _response(parts or [{"text": ""}], model, _response_id(), **candidate)
-    answer["usageMetadata"] = usage_metadata(completion.get("usage") or {})
+    answer["usageMetadata"] = usage_metadata(completion.get("usage") or {}, cached)
     return answer
 
 
@@ -144,9 +151,10 @@ class GeminiStream:
     elements of one JSON array). The last text word is held back until the finish, so the last
     chunk carries it with the finish, the usage and (signed) the text's signature."""
 
-    def __init__(self, write: Write, model: str, signed: bool, sse: bool, prompt_tokens: int) -> None:
+    def __init__(self, write: Write, model: str, signed: bool, sse: bool, prompt_tokens: int,
+                 cached: int = 0) -> None:
         self._write, self._model, self._signed, self._sse = write, model, signed, sse
-        self._prompt = prompt_tokens
+        self._prompt, self._cached = prompt_tokens, cached
         self._id = _response_id()
         self._sent = 0
         self._thinking = False
@@ -211,7 +219,7 @@ class GeminiStream:
         if self._annotations:
             candidate["citationMetadata"] = _citations(self._annotations)
         last = _response(parts or [{"text": ""}], self._model, self._id, **candidate)
-        last["usageMetadata"] = usage_metadata({"prompt_tokens": self._prompt, **usage})
+        last["usageMetadata"] = usage_metadata({"prompt_tokens": self._prompt, **usage}, self._cached)
         self._send(last)
         self._done = True
 

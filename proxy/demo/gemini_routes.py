@@ -30,6 +30,7 @@ from urllib.parse import unquote
 from proxy.demo import faces, gemini_face, gemini_read, scenarios, strict
 from proxy.demo import gemini_signatures as signatures
 from proxy.demo.http import HTTPRequest, Writer
+from proxy.demo.prompt_cache import PromptCache
 
 PREFIX = "/v1beta/models"
 STABLE = "/v1/models"
@@ -40,6 +41,8 @@ NO_KEY = ("Method doesn't allow unregistered callers (callers without establishe
 
 class Host(Protocol):
     """What of the demo upstream (proxy/demo/upstream.py) a Gemini answer runs on."""
+
+    prompt_cache: PromptCache
 
     def _hang(self, seconds: float, w: Writer, rid: str) -> None: ...
 
@@ -71,15 +74,16 @@ def prompt_tokens(chat: dict[str, Any]) -> int:
 class _Stream:
     """The face faces.TranslatingWriter runs a scenario's Chat stream through."""
 
-    def __init__(self, model: str, signed: bool, sse: bool, tokens: int) -> None:
-        self.args = (model, signed, sse, tokens)
+    def __init__(self, model: str, signed: bool, sse: bool, tokens: int, cached: int) -> None:
+        self.args = (model, signed, sse, tokens, cached)
 
     def stream(self, write: Any) -> gemini_face.GeminiStream:
         return gemini_face.GeminiStream(write, *self.args)
 
 
-def serve(host: Host, req: HTTPRequest, w: Writer, body: Any, rid: str, first_try: bool,
+def serve(host: Host, req: HTTPRequest, w: Writer, body: Any, key: str, rid: str, first_try: bool,
           names: list[str]) -> None:
+    """Answer one request under `/v1beta` (`key`: the account key it came with)."""
     model, method = target(req.path)
     stream, sse = method == "streamGenerateContent", req.query.get("alt") == "sse"
 
@@ -118,10 +122,11 @@ def serve(host: Host, req: HTTPRequest, w: Writer, body: Any, rid: str, first_tr
     if plan.error is not None:
         return fail(plan.status, gemini_face.error_body(plan.status, plan.error["error"]["message"]), plan.headers)
     signed = signatures.signs(model, found)
+    cached = host.prompt_cache.cached_tokens(key, chat["messages"]) if "cache" in found else 0
     if not stream:
-        return w.response(200, _json(gemini_face.whole(plan.body or {}, model, signed)))
+        return w.response(200, _json(gemini_face.whole(plan.body or {}, model, signed, cached)))
     w.start_stream("text/event-stream" if sse else "application/json")
-    writer = faces.TranslatingWriter(w, _Stream(model, signed, sse, prompt_tokens(chat)))
+    writer = faces.TranslatingWriter(w, _Stream(model, signed, sse, prompt_tokens(chat), cached))
     host._run(plan, writer, rid)  # type: ignore[arg-type]  # it stands in for the Writer it wraps
 
 

@@ -127,7 +127,7 @@ class DemoUpstream:
                               headers=fault.get("headers") or {})
         if gemini:
             try:
-                return gemini_routes.serve(self, req, w, record["body"], rid, self._first_try(rid, key),
+                return gemini_routes.serve(self, req, w, record["body"], key, rid, self._first_try(rid, key),
                                            MODELS + gemini_face.GEMINI_MODELS)
             except PeerGone:
                 self.disconnects.setdefault(rid, Event()).set()

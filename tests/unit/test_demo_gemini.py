@@ -455,3 +455,14 @@ def test_gemini_clis_shell_tool_is_the_one_a_chain_calls(demo: DemoUpstream) -> 
     (answer,) = generate(demo, ask("go [demo:chain=3]", tools=tools), model="gemini-2.5-pro")
     (part,) = answer["candidates"][0]["content"]["parts"]
     assert part["functionCall"] == {"name": "run_shell_command", "args": {"command": "echo step1"}}
+
+
+def test_a_cached_prefix_is_counted_inside_the_prompt_as_gemini_counts_it(demo: DemoUpstream) -> None:
+    first = ask("A long question [demo:cache]")
+    assert "cachedContentTokenCount" not in generate(demo, first)[0]["usageMetadata"]
+    again = {"contents": [*first["contents"], {"role": "model", "parts": [{"text": ANSWER}]},
+                          {"role": "user", "parts": [{"text": "and more [demo:pace=0]"}]}]}
+    for how in ("whole", "sse"):
+        usage = generate(demo, again, how=how)[-1]["usageMetadata"]
+        assert 0 < usage["cachedContentTokenCount"] <= usage["promptTokenCount"]  # (the second: all of it)
+        assert usage["totalTokenCount"] == usage["promptTokenCount"] + usage["candidatesTokenCount"]
