@@ -41,7 +41,8 @@ and, once the last message is the tool's result, answers in text. Directives in 
   endless           keep streaming until the client goes away (tests)
   cache             model a prompt cache per account: the leading messages the account (API key)
                     has seen before are reported as `cached_tokens` (proxy/demo/prompt_cache.py);
-                    the Messages face needs no directive: it caches what `cache_control` marks
+                    the Messages face needs no directive: it caches what `cache_control` marks;
+                    the Gemini face reports them as `cachedContentTokenCount`
   gemini-signatures the Gemini face's answers carry thought signatures (as Gemini 2.5 does);
   enforce-signatures  … and a request whose current turn lacks them, or carries forged ones or ones of
                     another model, gets Gemini 3's 400 (a "gemini-3*" model does both without a
