@@ -15,6 +15,7 @@ Pure: must not import Flask, requests or gevent.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -33,8 +34,17 @@ def missing_reasoning(messages: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def command_output(result: str) -> str:
-    """What a command printed: Codex puts a header (chunk id, wall time, exit code) before `Output:`."""
-    return result.rsplit("Output:", 1)[-1].strip()
+    """What a command printed. Codex puts a header (chunk id, wall time, exit code) before `Output:`;
+    gemini-cli sends `{"output": "<untrusted_context>\nOutput: X\nProcess Group PGID: N\n…"}` — the
+    object's text, and after its `Output:` only that line."""
+    try:
+        doc = json.loads(result)
+    except ValueError:
+        doc = None
+    text = doc["output"] if isinstance(doc, dict) and isinstance(doc.get("output"), str) else result
+    if "<untrusted_context>" in text and "Output:" in text:
+        return text.rsplit("Output:", 1)[-1].split("\n", 1)[0].strip()
+    return text.rsplit("Output:", 1)[-1].strip()
 
 
 def next_value(outputs: list[str]) -> str:
