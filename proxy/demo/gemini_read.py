@@ -33,6 +33,9 @@ OPAQUE = {"args", "response", "parameters", "parametersJsonSchema", "responseSch
           "responseJsonSchemaOrdering"}
 
 
+SYSTEM_IN_CONTENTS = "System instruction: "
+
+
 def camel(value: Any) -> Any:
     """The request with its field names in lowerCamelCase. Google parses JSON the protobuf way, which
     takes a field's proto name too (`function_call`, `thought_signature`), and google-genai sends
@@ -101,6 +104,10 @@ def messages(request: dict[str, Any]) -> list[dict[str, Any]]:
         for part in parts:
             if isinstance(part.get("functionResponse"), dict):
                 out.append(_result(part["functionResponse"], calls))
+            elif isinstance(part.get("text"), str) and part["text"].startswith(SYSTEM_IN_CONTENTS):
+                # How the proxy writes a client's mid-conversation system message for Gemini (which has
+                # no system role in contents): read back as the system message it was.
+                out.append({"role": "system", "content": part["text"][len(SYSTEM_IN_CONTENTS):]})
             elif isinstance(part.get("text"), str):
                 user.append({"type": "text", "text": part["text"]})
             elif isinstance(part.get("inlineData"), dict):

@@ -28,12 +28,22 @@ BIN = os.environ.get("LLM_PROXY_CLIENTS_BIN")
 pytestmark = pytest.mark.skipif(not BIN, reason="set LLM_PROXY_CLIENTS_BIN to run Claude Code / Codex end to end")
 
 
-@pytest.fixture(scope="module", params=["chat_completions", "messages", "responses"])
+def gemini_config(demo_upstream: DemoUpstream) -> dict[str, Any]:
+    """The proxy in front of the demo's Gemini face, every model asked for as a Gemini 3 model — which
+    the demo answers with thought signatures and enforces them on, as Gemini 3 does."""
+    config = base_config(demo_upstream.root)
+    config["upstreams"][0].update(protocol="gemini", models={"prefixes": {"*": "gemini-3-"}})
+    return config
+
+
+@pytest.fixture(scope="module", params=["chat_completions", "messages", "responses", "gemini"])
 def any_upstream(request: pytest.FixtureRequest, demo_upstream: DemoUpstream,
                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyServer]:
     """The proxy in front of the demo speaking each upstream protocol in turn."""
     config = base_config(demo_upstream.url)
     config["upstreams"][0]["protocol"] = request.param
+    if request.param == "gemini":
+        config = gemini_config(demo_upstream)
     server = start_proxy(config, tmp_path_factory.mktemp(f"clients-{request.param}"))
     yield server
     stop_proxy(server)
@@ -112,6 +122,47 @@ def test_codex_runs_a_dependent_tool_chain_on_a_strict_reasoning_upstream(
     assert result.returncode == 0, result.stdout + result.stderr
     assert CHAIN_ANSWER in result.stdout
     assert_each_turns_reasoning_went_back(demo_upstream, marker)
+
+
+@pytest.fixture(scope="module")
+def signing_proxy(demo_upstream: DemoUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyServer]:
+    server = start_proxy(gemini_config(demo_upstream), tmp_path_factory.mktemp("clients-signing"))
+    yield server
+    stop_proxy(server)
+
+
+def gemini_steps(demo: DemoUpstream, marker: str) -> list[list[str]]:
+    """For each request of the session the Gemini upstream saw, the signature on the first call of
+    each of its steps (the demo refused any request where one was missing or not its own)."""
+    seen = []
+    for record in demo.requests(""):
+        if marker in json.dumps(record["body"]) and "contents" in record["body"]:
+            steps = [c for c in record["body"]["contents"]
+                     if c["role"] == "model" and any("functionCall" in p for p in c["parts"])]
+            seen.append([next(p for p in c["parts"] if "functionCall" in p).get("thoughtSignature", "")
+                         for c in steps])
+    return seen
+
+
+@pytest.mark.parametrize("client", ["claude", "codex"])
+def test_a_dependent_tool_chain_through_a_gemini_upstream_that_enforces_signatures(
+        client: str, signing_proxy: ProxyServer, demo_upstream: DemoUpstream, tmp_path: Path) -> None:
+    """Three dependent shell calls on a Gemini 3 model: each step's signature must come back on its
+    call — through Claude Code's thinking blocks or Codex's encrypted reasoning items — or the
+    upstream refuses the next request."""
+    marker = f"chain-{uuid.uuid4().hex[:12]}"
+    prompt = (f"Run three shell commands, each echoing the previous one's output ({marker}) "
+              "[demo:chain=3] [demo:pace=0]")
+    if client == "claude":
+        result = claude(signing_proxy, tmp_path, "-p", prompt, "--allowedTools", "Bash")
+    else:
+        result = codex(signing_proxy, tmp_path, prompt)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert CHAIN_ANSWER in result.stdout
+    steps = gemini_steps(demo_upstream, marker)
+    # Each step's own signature came back — not the validator-skip value the proxy would put in its place.
+    assert max(len(s) for s in steps) == 3
+    assert all(sig and sig != "skip_thought_signature_validator" for s in steps for sig in s), steps
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,7 @@ from proxy.protocols.messages.passthrough import (
 from proxy.protocols.messages.stream_decode import MessagesStreamDecoder
 from proxy.protocols.messages.stream_encode import MessagesStreamEncoder
 from proxy.protocols.messages.tool_pairs import repair_tool_pairs
+from proxy.protocols.messages.trailing_signatures import without_trailing
 
 
 def thinking_enabled(body: dict[str, Any]) -> bool:
@@ -40,10 +41,13 @@ def _stream_encoder(ex: Exchange) -> MessagesStreamEncoder:
 
 
 def _encode_response(resp: Response, ex: Exchange) -> Answer:
-    dropped = 0
+    dropped: dict[str, int] = {}
     if not thinking_enabled(ex.body):
-        resp.output, dropped = without_reasoning(resp.output)
-    return Answer(response.encode(resp, ex.model), dropped={"reasoning": dropped} if dropped else {})
+        resp.output, count = without_reasoning(resp.output)
+        if count:
+            dropped["reasoning"] = count
+    resp.output = without_trailing(resp.output, dropped)  # no thinking block after the last word
+    return Answer(response.encode(resp, ex.model), dropped=dropped)
 
 
 def _prepare(ex: Exchange, body: dict[str, Any], model: str, upstream: Upstream) -> dict[str, Any]:

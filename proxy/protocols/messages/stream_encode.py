@@ -28,6 +28,7 @@ from proxy.ir.sequence import Sequencer
 from proxy.protocols.messages.citations import citation_to_anthropic
 from proxy.protocols.messages.errors import stream_error_frame
 from proxy.protocols.messages.response import block, new_id
+from proxy.protocols.messages.trailing_signatures import TrailingSignatures
 from proxy.protocols.messages.vocabulary import STOP_REASON_FROM_FINISH, usage_to_anthropic
 from proxy.protocols.sse import named_frame
 
@@ -50,6 +51,7 @@ class MessagesStreamEncoder:
         self._custom = CustomCallsAsFunctions()  # Anthropic clients get custom calls as tool_use
         self._sequencer = Sequencer()
         self._no_reasoning = None if thinking else WithoutReasoning(self.dropped)
+        self._trailing = TrailingSignatures(self.dropped)
 
     def encode(self, ev: Event) -> list[bytes]:
         # Most events are text deltas of the block being relayed: no filter has anything to do.
@@ -57,6 +59,7 @@ class MessagesStreamEncoder:
                 and not self._custom.holding:
             return self._delta(ev.text) if not self.done else []
         events = self._no_reasoning.feed(ev) if self._no_reasoning is not None else [ev]
+        events = [kept for one in events for kept in self._trailing.feed(one)]
         return [frame for one in events for custom in self._custom.feed(one)
                 for ordered in self._sequencer.feed(custom) for frame in self._encode(ordered)]
 
