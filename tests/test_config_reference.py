@@ -207,7 +207,7 @@ EXAMPLES = [
     ("tests/conftest.py base_config", base_config("http://127.0.0.1:9000/v1")),
     *((f"llm-proxy demo --upstream-protocol {p}", yaml.safe_load(demo_config("http://127.0.0.1:9/v1", "s.db", p,
                                                                                 "adm-1")))
-      for p in ("chat_completions", "messages", "responses")),
+      for p in ("chat_completions", "messages", "responses", "gemini")),
 ]
 
 

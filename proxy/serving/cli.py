@@ -297,6 +297,16 @@ def banner(bind: str, upstream_protocol: str, admin_key: str = "",
               for text in stream.text_stream:
                   print(text, end="", flush=True)
 
+        gemini-cli (npm install -g @google/gemini-cli; its settings: docs/clients/gemini.md):
+
+          GOOGLE_GEMINI_BASE_URL={root} GEMINI_API_KEY={DEMO_CLIENT_KEY} gemini -m demo-model
+
+        google-genai SDK (pip install google-genai):
+
+          from google import genai
+          client = genai.Client(api_key="{DEMO_CLIENT_KEY}", http_options={{"base_url": "{root}"}})
+          print(client.models.generate_content(model="demo-model", contents="Hello!").text)
+
         Put [demo:reasoning], [demo:parallel] (with tools), [demo:length] or [demo:status=429] in a
         message to see reasoning, parallel tool calls, truncation, or an account failing over: the
         first account tried answers 429, cools for 10s, and the next one answers. Ctrl-C stops.

@@ -76,7 +76,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="module", params=["chat_completions", "messages", "responses"])
+@pytest.fixture(scope="module", params=["chat_completions", "messages", "responses", "gemini"])
 def demo(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
     """`llm-proxy demo` running, its simulated upstream spoken to in each protocol in turn;
     yields (base URL, the banner it printed)."""
@@ -149,7 +149,8 @@ def test_the_simulated_upstream_runs_alone_as_printed(tmp_path: Path) -> None:
         proc.wait(timeout=10)
 
 
-@pytest.mark.parametrize("title", ["OpenAI SDK (pip install openai):", "Anthropic SDK (pip install anthropic):"])
+@pytest.mark.parametrize("title", ["OpenAI SDK (pip install openai):", "Anthropic SDK (pip install anthropic):",
+                                   "google-genai SDK (pip install google-genai):"])
 def test_demo_sdk_snippets_run(demo: tuple[str, str], title: str) -> None:
     _, banner = demo
     out = subprocess.run([sys.executable, "-c", snippet(banner, title)], capture_output=True, text=True, timeout=60)
