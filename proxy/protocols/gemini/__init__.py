@@ -81,6 +81,7 @@ CLIENT = ClientSide(
     error_body=error_body,
     kind_status=KIND_STATUS,
     cors_headers=("x-goog-api-key", "x-goog-api-client"),
+    affinity_key=request.conversation_key,
     url_routes=tuple(UrlRoute(f"{root}/<path:model>:{call}", stream=stream) for root in CALL_ROOTS
                      for call, stream in (("generateContent", False), ("streamGenerateContent", True))),
     body_from_url=_body_from_url,

@@ -16,6 +16,9 @@ Pure: must not import Flask or requests.
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Mapping
 from typing import Any
 
 from proxy.errors import ProxyError, invalid
@@ -264,3 +267,18 @@ def _reasoning(thinking: dict[str, Any]) -> Reasoning | None:
         if out.enabled is None:
             out.enabled = True
     return out if out != Reasoning() else None
+
+
+def conversation_key(body: dict[str, Any], headers: Mapping[str, str]) -> str | None:
+    """What names a Gemini client's conversation: the `cachedContent` it builds on, else the prefix
+    every turn of it repeats — the system instruction and the first content (gemini-cli's session
+    context and prompt) — so its turns reach the account whose implicit prompt cache holds that prefix.
+    Gemini clients send no session header."""
+    cached = body.get("cachedContent")
+    if isinstance(cached, str) and cached:
+        return f"cachedContent:{cached}"
+    contents = body.get("contents")
+    if not isinstance(contents, list) or not contents:
+        return None
+    prefix = json.dumps([body.get("systemInstruction"), contents[0]], sort_keys=True, ensure_ascii=False)
+    return "prefix:" + hashlib.sha256(prefix.encode()).hexdigest()[:32]
