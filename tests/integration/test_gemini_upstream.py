@@ -236,3 +236,9 @@ def test_an_invalid_key_disables_the_account(gm_proxy: ProxyServer, demo_upstrea
                        "API key.", "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo",
                                                 "reason": "API_KEY_INVALID"}]}}
     assert_pool_moves_on(gm_proxy, demo_upstream, "gem", KEYS, 400, error, _chat_send(gm_proxy), "disabled")
+
+
+def test_the_upstreams_model_list_feeds_v1_models(gm_proxy: ProxyServer) -> None:
+    listed = [m.id for m in openai_client(gm_proxy).models.list()]
+    assert "gemini-2.5-flash" in listed and "gemini-3-pro-preview" in listed  # read from its `models[].name`
+    assert not any(name.startswith("models/") for name in listed)
