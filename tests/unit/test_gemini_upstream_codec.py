@@ -4,9 +4,10 @@ subset of `tool_schema: openapi` upstreams (`schema.openapi_subset`), the whole 
 spelling (`spelling.camel_keys`) and the model list (`catalog`).
 
 The signature tests (docs/protocols.md §9.6) each fail if a signature is dropped, moved to another
-part, or sent to an upstream or model that did not issue it. Fixtures are written from the Gemini API
-reference (ai.google.dev/api/generate-content, /api/caching#Schema, /gemini-api/docs/thought-signatures),
-as read in November 2026; the real API cannot be reached from here."""
+part, or sent to an upstream or model that did not issue it. Fixtures are written from the documented
+shapes — docs/protocols.md §9.6 and §16, stored copies of the Gemini API reference (the v1beta Schema
+object, ListModelsRequest) and google-genai's own types (types.Schema, installed 3.6.1) — read on
+2026-11-28; the real API cannot be reached from here."""
 
 from __future__ import annotations
 
