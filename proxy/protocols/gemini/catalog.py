@@ -42,7 +42,7 @@ def listing(models: list[Any], model: str | None, query: Mapping[str, str]) -> d
         return entry(name)
     size = _number(query.get("pageSize"), "pageSize", DEFAULT_PAGE_SIZE)
     start = _number(query.get("pageToken"), "pageToken", 0)
-    size = max(1, min(size, MAX_PAGE_SIZE))
+    size = min(size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)  # proto3: a pageSize of 0 is one not given
     page = ids[start:start + size]
     out: dict[str, Any] = {"models": [entry(i) for i in page]}
     if start + size < len(ids):

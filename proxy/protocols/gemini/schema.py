@@ -13,7 +13,8 @@ default; `parameters` refuses what is not in the subset with a 400. Each rule, a
 - `type: [t, "null"]` becomes `type: t` + `nullable: true`; an `anyOf` / `oneOf` with a
   `{"type": "null"}` branch loses the branch and becomes nullable (a single branch left is inlined).
 - `oneOf` becomes `anyOf` (the subset has only `anyOf`); `allOf` of objects is merged.
-- `enum` values are strings in the subset: other values are written as strings.
+- `enum` values are strings in the subset: other values are written as strings; a `null` in it is
+  `nullable: true`.
 Pure: must not import Flask or requests.
 """
 
@@ -60,7 +61,9 @@ def _reduce(node: Any, defs: dict[str, Any], seen: tuple[str, ...]) -> Any:
     if "const" in node and "enum" not in out:
         out["enum"] = [node["const"]]
     if "enum" in out and isinstance(out["enum"], list):
-        out["enum"] = [_enum_value(v) for v in out["enum"]]
+        if None in out["enum"]:
+            out["nullable"] = True
+        out["enum"] = [_enum_value(v) for v in out["enum"] if v is not None]
     for exclusive, inclusive in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
         if isinstance(out.get(exclusive), int | float) and not isinstance(out[exclusive], bool):
             out.setdefault(inclusive, out.pop(exclusive))

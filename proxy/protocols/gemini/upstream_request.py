@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any
 
 from proxy.config import Upstream
@@ -52,6 +53,8 @@ log = logging.getLogger(__name__)
 # back to a Gemini upstream as they came; another protocol's extras never do.
 GEMINI_EXTRAS = ("safetySettings", "cachedContent", "labels")
 CALLING_MODES = {"auto": "AUTO", "required": "ANY", "none": "NONE", "tool": "ANY"}
+# What may follow a model's name in the `modelVersion` that answered for it: a version, a preview date.
+VERSION_SUFFIX = re.compile(r"(?:-(?:\d+|preview))+")
 LEVELS = {"none": "low", "minimal": "low", "low": "low", "medium": "high", "high": "high", "xhigh": "high",
           "max": "high"}
 
@@ -189,12 +192,16 @@ def _model_parts(parts: list[Part], origin: str, model: str) -> list[dict[str, A
 
 def _same_origin(origin: str, expected: str, model: str) -> bool:
     """A signature goes back only where it was issued: this upstream and this model (the envelope
-    says the answering `modelVersion`, which may spell the model asked for with a version suffix)."""
+    says the answering `modelVersion`, which may spell the model asked for with a version suffix:
+    `-001`, `-preview-05-20` — but `gemini-2.5-flash-lite` is another model than `gemini-2.5-flash`)."""
     if origin == expected:
         return True
-    upstream, _, version = origin.partition("/")
-    asked_upstream = expected.partition("/")[0]
-    return upstream == asked_upstream and bool(version) and (version.startswith(model) or model.startswith(version))
+    prefix = expected[:len(expected) - len(model)]  # "<upstream>/"
+    if not origin.startswith(prefix):
+        return False
+    version = origin[len(prefix):]
+    shorter, longer = sorted((version, model), key=len)
+    return bool(shorter) and longer.startswith(shorter) and VERSION_SUFFIX.fullmatch(longer[len(shorter):]) is not None
 
 
 def _arguments(call: ToolCallPart) -> dict[str, Any]:
