@@ -68,8 +68,8 @@ def test_env_vars_expand_with_defaults() -> None:
      "upstreams[0].accounts[0].api_key: environment variable NOPE is not set"),
     (with_("client_keys", []), "client_keys: must list at least one key"),
     (with_("upstreams", []), "upstreams: must be a non-empty list"),
-    (with_("upstreams.0.protocol", "grpc"), "upstreams[0].protocol: must be one of chat_completions, messages, "
-     "responses (got 'grpc')"),
+    (with_("upstreams.0.protocol", "grpc"), "upstreams[0].protocol: must be one of chat_completions, gemini, "
+     "messages, responses (got 'grpc')"),
     (with_("protocol_plugins", ["no_such_module_anywhere"]), "protocol_plugins[0]: cannot import "
      "'no_such_module_anywhere'"),
     (with_("protocol_plugins", ["not a module"]), "protocol_plugins[0]: must be a Python module name"),

@@ -896,15 +896,24 @@ def test_stream_signature_on_an_empty_part_after_text_is_a_block_of_its_own() ->
                       Finish(ir.STOP)]
 
 
-def test_stream_signature_on_a_call_is_its_own_reasoning_block_before_the_call() -> None:
+def test_stream_signature_on_a_call_closes_the_thought_streaming_before_it() -> None:
+    """The thought text and the call's signature go back together, as from a whole answer."""
     events = run_stream(sse(chunk({"text": "why", "thought": True}, first=True),
                             chunk({"functionCall": {"id": "c-1", "name": "ls", "args": {"dir": "/"}},
                                    "thoughtSignature": "SIG-C"},
                                   {"functionCall": {"id": "c-2", "name": "cat", "args": {}}}, finish="STOP")))
-    assert events == [START, BlockStart(ReasoningPart(), 1), Delta("why", 1), BlockStop(1),
-                      BlockStart(ReasoningPart(), 2), Signature(env("SIG-C", "next", ORIGIN), block=2), BlockStop(2),
-                      BlockStart(ToolCallPart("c-1", "ls"), 3), Delta('{"dir": "/"}', 3), BlockStop(3),
-                      BlockStart(ToolCallPart("c-2", "cat"), 4), Delta("{}", 4), BlockStop(4), Finish(ir.TOOL_CALLS)]
+    assert events == [START, BlockStart(ReasoningPart(), 1), Delta("why", 1),
+                      Signature(env("SIG-C", "next", ORIGIN), block=1), BlockStop(1),
+                      BlockStart(ToolCallPart("c-1", "ls"), 2), Delta('{"dir": "/"}', 2), BlockStop(2),
+                      BlockStart(ToolCallPart("c-2", "cat"), 3), Delta("{}", 3), BlockStop(3), Finish(ir.TOOL_CALLS)]
+
+
+def test_stream_signature_on_a_call_with_no_thought_before_it_is_a_block_of_its_own() -> None:
+    events = run_stream(sse(chunk({"functionCall": {"id": "c-1", "name": "ls", "args": {}}, "thoughtSignature": "SIG-C"},
+                                  first=True, finish="STOP")))
+    assert events == [START, BlockStart(ReasoningPart(), 1), Signature(env("SIG-C", "next", ORIGIN), block=1),
+                      BlockStop(1), BlockStart(ToolCallPart("c-1", "ls"), 2), Delta("{}", 2), BlockStop(2),
+                      Finish(ir.TOOL_CALLS)]
 
 
 def test_stream_signature_on_streaming_text_is_a_prev_block_after_the_text() -> None:
@@ -931,9 +940,8 @@ STREAM_FIXTURES = {
 
 @pytest.mark.parametrize("name", list(STREAM_FIXTURES))
 def test_a_streamed_answer_goes_back_to_its_upstream_part_for_part(name: str) -> None:
-    # A streamed thought with no signature of its own is a reasoning block of its own, which names no
-    # origin, so it is not replayed (Gemini validates signatures, not thought text); every signature is.
-    parts = STEP_PARTS[1:] if name == "step" else TEXT_PARTS
+    # The thought streamed before a signed call goes back with it, as from a whole answer.
+    parts = STEP_PARTS if name == "step" else TEXT_PARTS
     folded = fold(run_stream(sse(*STREAM_FIXTURES[name])))
     assert replayed(folded.output) == parts
     assert all_signatures(replayed(folded.output, up=upstream("elsewhere"))) == ([SKIP] if name == "step" else [])

@@ -103,9 +103,15 @@ class GeminiStreamDecoder:
                 events += [Signature(signature=self._envelope(signature, "thought"), block=key), *self._stop()]
             return events
         if isinstance(part.get("functionCall"), dict):
-            events = self._stop()
-            if signature:
-                events += self._signature_block(signature, "next")
+            if signature and self._open is not None and self._open[1] == "reasoning":
+                # The thought text just streamed and the call's signature go back together, as from a
+                # whole answer: the text as thought, the signature on the call after it.
+                key = self._open[0]
+                events = [Signature(signature=self._envelope(signature, "next"), block=key), *self._stop()]
+            else:
+                events = self._stop()
+                if signature:
+                    events += self._signature_block(signature, "next")
             call = part["functionCall"]
             key = self._next_key()
             call_part = ToolCallPart(id=answer_parts.call_id(call, self._id, self._calls), name=text(call, "name"))
