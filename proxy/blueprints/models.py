@@ -1,5 +1,7 @@
 """`GET /v1/models` and `GET /v1/models/<id>`, in a shape both OpenAI and Anthropic SDKs accept —
-only the models the client's key may use (its `models` in `client_keys`) — plus the
+only the models the client's key may use (its `models` in `client_keys`) — with the fields of every
+protocol that lists models in a shape of its own merged in (Gemini's `models` / `name`: google-genai 3
+lists at `/v1/models`), and those protocols' own list endpoints (`/v1beta/models`); plus the
 unauthenticated `/` and `/healthz` that probes and Claude Code's startup `HEAD /` hit."""
 
 from __future__ import annotations
@@ -42,6 +44,12 @@ def _catalog_view(lister: Lister) -> Callable[..., Response]:
     return catalog
 
 
+def _listers(one: bool) -> list[Lister]:
+    """Every protocol's catalog shape, for the shared `/v1/models` answers: a list, or one model."""
+    return [e.catalog for p in registry.all_protocols() for e in p.endpoints
+            if e.kind == "catalog" and e.catalog is not None and ("<path:model>" in e.rule) == one]
+
+
 def _allowed_models() -> list[Model]:
     key = client_key()
     return [m for m in app_state().catalog.models(g.request_id) if key is None or key.allows(m.id)]
@@ -49,15 +57,23 @@ def _allowed_models() -> list[Model]:
 
 @bp.get("/v1/models")
 def list_models() -> Response:
-    return jsonify(model_list(_allowed_models()))  # what this key may use
+    models = _allowed_models()  # what this key may use
+    body = model_list(models)
+    for lister in _listers(one=False):  # other protocols' shapes in the same answer (Gemini's `models`)
+        body.update(lister(models, None, request.args))
+    return jsonify(body)
 
 
 @bp.get("/v1/models/<path:model_id>")
 def get_model(model_id: str) -> Response:
     check_model(client_key(), model_id)
-    for model in app_state().catalog.models(g.request_id):
+    models = app_state().catalog.models(g.request_id)
+    for model in models:
         if model.id == model_id:
-            return jsonify(model_object(model))
+            body = model_object(model)
+            for lister in _listers(one=True):  # other protocols' fields in the same object (Gemini's `name`)
+                body.update(lister(models, model_id, request.args))
+            return jsonify(body)
     raise ProxyError(404, f"The model {model_id!r} does not exist on this proxy; GET /v1/models lists them.",
                      "not_found", code="model_not_found", param="model")
 

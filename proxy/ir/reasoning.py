@@ -128,3 +128,11 @@ def gemini_from_envelope(value: str | None) -> tuple[str, str, str] | None:
 def gemini_origin(upstream: str, model_version: str) -> str:
     """Who issued a Gemini signature: signatures are bound to the model and the route that made them."""
     return f"{upstream}/{model_version}"
+
+
+def signature_to_encrypted(signature: str | None, redacted: str | None) -> str | None:
+    """A reasoning part's opaque token as a Responses `encrypted_content`: a Gemini envelope as it
+    is (it is the proxy's own already), an Anthropic signature or redacted data wrapped."""
+    if signature and gemini_from_envelope(signature) is not None:
+        return signature
+    return anthropic_to_encrypted(signature, redacted)

@@ -49,13 +49,28 @@ def all_protocols() -> list[Protocol]:
 
 
 def for_path(path: str) -> Protocol | None:
-    """The protocol whose client endpoint `path` is, or lies under (its error envelope applies)."""
+    """The protocol whose client endpoint `path` is, or lies under (its error envelope applies) — or
+    one of whose URL-addressed calls it is (Gemini's `/v1/models/{model}:generateContent`)."""
     best: Protocol | None = None
+    for protocol in _PROTOCOLS.values():
+        if any(_rule_matches(rule, path) for rule in url_rules(protocol)):
+            return protocol
     for protocol in _PROTOCOLS.values():
         base = protocol.client.path
         if (path == base or path.startswith(base + "/")) and (best is None or len(base) > len(best.client.path)):
             best = protocol
     return best
+
+
+def url_rules(protocol: Protocol) -> list[str]:
+    """The URL rules with a `<path:model>` part a protocol serves (its main calls and its endpoints')."""
+    rules = [route.rule for route in protocol.client.url_routes]
+    return rules + [e.rule for e in protocol.endpoints if "<path:model>" in e.rule]
+
+
+def _rule_matches(rule: str, path: str) -> bool:
+    prefix, found, suffix = rule.partition("<path:model>")
+    return bool(found) and len(path) > len(prefix) + len(suffix) and path.startswith(prefix) and path.endswith(suffix)
 
 
 def error_body_for_path(path: str, info: ErrorInfo) -> dict[str, Any]:

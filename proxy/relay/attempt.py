@@ -277,6 +277,11 @@ class Attempt:
             return RelayResult(200, stream_headers(encoder), b"".join(frames), decoded.usage)
         if sides.passthrough is not None:
             out = sides.passthrough.normalise_response(doc, ex)
+        elif decoded.error is not None:
+            # An answer that is a failure (Gemini's blocked prompt, a malformed function call): the
+            # client gets it as its protocol's error, not as an empty answer.
+            self._log(answer.status, decoded.error.kind, "fail")
+            raise ProxyError.from_info(decoded.error)
         else:
             out = sides.client.client.encode_response(decoded, ex)
         self._keep(out.final, passthrough=sides.passthrough is not None)

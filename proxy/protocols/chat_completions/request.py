@@ -33,6 +33,7 @@ from proxy.ir.request import (
     ToolResultPart,
 )
 from proxy.ir.request import Reasoning as ReasoningConfig
+from proxy.protocols.chat_completions import signatures
 from proxy.protocols.validation import (
     expect,
     get,
@@ -133,13 +134,23 @@ def _decode_message(msg: dict[str, Any], path: str) -> Message:
         name = get(msg, "name", str, path, required=True)
         return Message("tool", [ToolResultPart(call_id=name, content=_decode_content(content, path))])
     parts: list[Part] = []
+    own = signatures.carried_envelope(msg) if role == "assistant" else None  # Gemini's (signatures.py)
+    where = signatures.placement(own) if own else ""
     if role == "assistant":
         reasoning = msg.get("reasoning_content")
-        if isinstance(reasoning, str) and reasoning:
-            parts.append(ReasoningPart(text=reasoning))
+        if (isinstance(reasoning, str) and reasoning) or where in ("thought", "empty"):
+            parts.append(ReasoningPart(text=reasoning if isinstance(reasoning, str) else "",
+                                       signature=own if where in ("thought", "empty") else None))
+        if where == "next":
+            parts.append(ReasoningPart(signature=own))
     parts.extend(_decode_content(content, path, allow_refusal=role == "assistant"))
+    if where == "prev":
+        parts.append(ReasoningPart(signature=own))
     if role == "assistant":
         for j, call in enumerate(msg.get("tool_calls") or []):
+            on_call = signatures.carried_envelope(call)
+            if on_call is not None:
+                parts.append(ReasoningPart(signature=on_call))
             parts.append(_decode_tool_call(call, join(join(path, "tool_calls"), j)))
         legacy = msg.get("function_call")
         if isinstance(legacy, dict) and legacy.get("name"):

@@ -16,6 +16,7 @@ from proxy.ir import response as ir
 from proxy.ir.custom_calls import function_arguments
 from proxy.ir.request import Citation, ReasoningPart, RefusalPart, TextPart, ToolCallPart
 from proxy.ir.response import Response, Usage
+from proxy.protocols.chat_completions import signatures
 from proxy.protocols.chat_completions.vocabulary import (
     FINISH_TO_CHAT,
     finish_from_chat,
@@ -119,10 +120,14 @@ def encode(resp: Response, model: str) -> dict[str, Any]:
                                "refusal": refusal or None, "annotations": annotations}
     if reasoning:
         message["reasoning_content"] = reasoning
+    own, on_calls = signatures.placed(resp.output)  # Gemini's signatures (signatures.py)
+    if own is not None:
+        message[signatures.FIELD] = signatures.carried(own)
     if calls:
         message["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": function_arguments(c)}}
-            for c in calls
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": function_arguments(c)},
+             **({signatures.FIELD: signatures.carried(on_calls[i])} if i in on_calls else {})}
+            for i, c in enumerate(calls)
         ]
     body: dict[str, Any] = {
         "id": resp.id if resp.id.startswith("chatcmpl-") else new_id(),

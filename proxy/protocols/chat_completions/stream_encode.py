@@ -20,9 +20,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from proxy.ir.custom_calls import CustomCallsAsFunctions
-from proxy.ir.events import BlockStart, BlockStop, Cite, Delta, Event, Failure, Finish, Start, UsageUpdate
+from proxy.ir.events import BlockStart, BlockStop, Cite, Delta, Event, Failure, Finish, Signature, Start, UsageUpdate
 from proxy.ir.request import Citation, OutputPart, ReasoningPart, RefusalPart, TextPart, ToolCallPart
 from proxy.ir.response import ErrorInfo, Usage
+from proxy.protocols.chat_completions import signatures
 from proxy.protocols.chat_completions.errors import stream_error_frames
 from proxy.protocols.chat_completions.response import annotation, new_id
 from proxy.protocols.chat_completions.vocabulary import FINISH_TO_CHAT, usage_to_chat
@@ -48,6 +49,7 @@ class ChatStreamEncoder:
         self._annotations: list[dict[str, Any]] = []
         self._usage = Usage()
         self._custom = CustomCallsAsFunctions()  # Chat clients get custom calls as functions
+        self._call_signature: str | None = None  # a Gemini signature for the next tool call (signatures.py)
 
     def encode(self, ev: Event) -> list[bytes]:
         return [frame for one in self._custom.feed(ev) for frame in self._encode(one)]
@@ -77,6 +79,9 @@ class ChatStreamEncoder:
                 self._tools += 1
                 call = {"index": index, "id": ev.part.id, "type": "function",
                         "function": {"name": ev.part.name, "arguments": ""}}
+                if self._call_signature is not None:
+                    call[signatures.FIELD] = signatures.carried(self._call_signature)
+                    self._call_signature = None
                 return [self._chunk({"tool_calls": [call]})]
             if isinstance(ev.part, TextPart):
                 self._text_start[ev.block] = self._content_len
@@ -107,6 +112,8 @@ class ChatStreamEncoder:
         if isinstance(ev, Finish):
             self.done = True
             frames = []
+            if self._call_signature is not None:  # no call came after it: it belongs to the message
+                frames.append(self._chunk({signatures.FIELD: signatures.carried(self._call_signature)}))
             if self._annotations:
                 frames.append(self._chunk({"annotations": self._annotations}))
             frames.append(self._chunk({}, FINISH_TO_CHAT.get(ev.reason, "stop")))
@@ -116,7 +123,14 @@ class ChatStreamEncoder:
             return frames
         if isinstance(ev, Failure):
             return self.fail(ev.error)
-        return []  # Signature has no Chat spelling
+        if isinstance(ev, Signature) and ev.signature and signatures.placement(ev.signature):
+            # A Gemini signature: on the next tool call when it belongs to the part after it, else on
+            # the message (signatures.py).
+            if signatures.placement(ev.signature) == "next":
+                self._call_signature = ev.signature
+                return []
+            return [self._chunk({signatures.FIELD: signatures.carried(ev.signature)})]
+        return []  # other signatures have no Chat spelling
 
     def keepalive(self) -> list[bytes]:
         return [KEEPALIVE_COMMENT]  # a comment: openai-python json-decodes every data-bearing event

@@ -18,17 +18,22 @@ from proxy.protocols.codec import Answer, ClientSide, Endpoint, Passthrough, Pro
 from proxy.protocols.exchange import Exchange
 from proxy.protocols.gemini import catalog, passthrough, request, response, upstream_request, upstream_response
 from proxy.protocols.gemini.errors import error_body, error_from_gemini
+from proxy.protocols.gemini.spelling import camel_keys
 from proxy.protocols.gemini.stream_decode import GeminiStreamDecoder
 from proxy.protocols.gemini.stream_encode import GeminiStreamEncoder
 from proxy.protocols.gemini.vocabulary import API_VERSION, KIND_STATUS, URL_KEY
 
 PREFIX = f"/{API_VERSION}"
 MODELS = f"{PREFIX}/models"
+# google-genai 3 speaks `v1` unless told otherwise (GOOGLE_AI_API_DEFAULT_VERSION), gemini-cli `v1beta`:
+# the calls are served under both; `GET /v1/models` is the proxy's shared list, which carries
+# Gemini's `models` too (proxy/blueprints/models.py).
+CALL_ROOTS = (MODELS, "/v1/models")
 
 
 def _body_from_url(body: dict[str, Any], model: str, stream: bool, query: Mapping[str, str]) -> dict[str, Any]:
     url = {"stream": stream, "sse": query.get("alt") == "sse"}
-    return {**body, "model": model.removeprefix("models/"), URL_KEY: url}
+    return {**camel_keys(body), "model": model.removeprefix("models/"), URL_KEY: url}
 
 
 def _url(body: dict[str, Any]) -> dict[str, Any]:
@@ -37,7 +42,8 @@ def _url(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def _encode_response(resp: Response, ex: Exchange) -> Answer:
-    return Answer(response.encode(resp, ex.model))
+    # Thought parts only when asked for (`includeThoughts`), as the API does; their tokens go regardless.
+    return Answer(response.encode(resp, ex.model, include_thoughts=request.include_thoughts(ex.body)))
 
 
 def _error_in_body(doc: dict[str, Any], secrets: tuple[str, ...]) -> ErrorInfo | None:
@@ -57,12 +63,13 @@ CLIENT = ClientSide(
     model_and_stream=lambda body: (body["model"], bool(_url(body).get("stream"))),
     decode_request=request.decode,
     encode_response=_encode_response,
-    stream_encoder=lambda ex: GeminiStreamEncoder(ex.model, sse=bool(_url(ex.body).get("sse"))),
+    stream_encoder=lambda ex: GeminiStreamEncoder(ex.model, sse=bool(_url(ex.body).get("sse")),
+                                                  include_thoughts=request.include_thoughts(ex.body)),
     error_body=error_body,
     kind_status=KIND_STATUS,
     cors_headers=("x-goog-api-key", "x-goog-api-client"),
-    url_routes=(UrlRoute(f"{MODELS}/<path:model>:generateContent", stream=False),
-                UrlRoute(f"{MODELS}/<path:model>:streamGenerateContent", stream=True)),
+    url_routes=tuple(UrlRoute(f"{root}/<path:model>:{call}", stream=stream) for root in CALL_ROOTS
+                     for call, stream in (("generateContent", False), ("streamGenerateContent", True))),
     body_from_url=_body_from_url,
     key_header="x-goog-api-key",
     key_query="key",
@@ -89,8 +96,8 @@ PASSTHROUGH = Passthrough(
 
 PROTOCOL = Protocol(
     name="gemini", title="Google Gemini API", client=CLIENT, upstream=UPSTREAM, passthrough=PASSTHROUGH,
-    endpoints=(Endpoint("local", f"{MODELS}/<path:model>:countTokens", counted=request.count_tokens_request,
-                        count_answer=lambda n: {"totalTokens": n}),
+    endpoints=(*(Endpoint("local", f"{root}/<path:model>:countTokens", counted=request.count_tokens_request,
+                          count_answer=lambda n: {"totalTokens": n}) for root in CALL_ROOTS),
                Endpoint("catalog", MODELS, catalog=catalog.listing),
                Endpoint("catalog", f"{MODELS}/<path:model>", catalog=catalog.listing)),
 )

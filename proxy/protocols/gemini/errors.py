@@ -19,9 +19,19 @@ def status_for(info: ErrorInfo) -> int:
     return KIND_STATUS.get(info.kind, info.status or DEFAULT_STATUS.get(info.kind, 500))
 
 
+# A client key's spent budget told as a spent daily quota: gemini-cli stops at once on a QuotaFailure
+# whose quotaId says PerDay, where any other 429 is retried for about four minutes.
+BUDGET_DETAILS = [{"@type": "type.googleapis.com/google.rpc.QuotaFailure",
+                   "violations": [{"quotaId": "LlmProxyBudgetPerDay",
+                                   "description": "The client key's budget on this proxy is spent."}]}]
+
+
 def error_body(info: ErrorInfo) -> dict[str, Any]:
     code = status_for(info)
-    return {"error": {"code": code, "message": info.message, "status": STATUS_NAMES.get(code, "UNKNOWN")}}
+    error: dict[str, Any] = {"code": code, "message": info.message, "status": STATUS_NAMES.get(code, "UNKNOWN")}
+    if info.kind == "budget":
+        error["details"] = BUDGET_DETAILS
+    return {"error": error}
 
 
 def error_from_gemini(doc: Any, http_status: int | None = None) -> ErrorInfo | None:

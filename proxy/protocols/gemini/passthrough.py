@@ -19,7 +19,7 @@ from proxy.ir.events import Finish
 from proxy.ir.response import ErrorInfo
 from proxy.protocols.exchange import Exchange
 from proxy.protocols.gemini.errors import error_body
-from proxy.protocols.gemini.framing import JSON_ARRAY_CONTENT_TYPE, ArrayWriter, sse_frame
+from proxy.protocols.gemini.framing import JSON_ARRAY_CONTENT_TYPE, SSE_KEEPALIVE, ArrayWriter, sse_error, sse_frame
 from proxy.protocols.gemini.signatures import sign_current_turn, without_minted
 from proxy.protocols.gemini.stream_decode import GeminiStreamDecoder
 from proxy.protocols.gemini.vocabulary import URL_KEY
@@ -65,19 +65,19 @@ class GeminiPassthroughStream(WatchedPassthrough):
         return [] if self.sse or not self.done else [self._array.end()]
 
     def keepalive(self) -> list[bytes]:
-        # SSE: Google's streams have no comment frames, and nothing the client would show is sent
-        # (stream_encode.py says why); the array form takes whitespace between elements.
-        return [] if self.sse else [self._array.keepalive()]
+        # Never an SSE comment, which breaks both Gemini SDKs: a blank line (framing.py).
+        return [SSE_KEEPALIVE] if self.sse else [self._array.keepalive()]
 
     def fail(self, info: ErrorInfo) -> list[bytes]:
         self.done, self.failed = True, info
         body = error_body(info)
-        return [sse_frame(body)] if self.sse else [self._array.element(body), self._array.end()]
+        return [sse_error(body)] if self.sse else [self._array.element(body), self._array.end()]
 
     def upstream_failed(self, sse: SSEEvent, info: ErrorInfo) -> list[bytes]:
-        self.done = True
-        frames = self.relay(sse)  # the upstream's own error event, as it came
-        return frames if self.sse else [*frames, self._array.end()]
+        self.done, self.failed = True, info
+        if self.sse:  # the upstream's own error object, bare, as gemini-cli recognises it (framing.py)
+            return [sse.data + b"\r\n\r\n"]
+        return [self._array.element(sse.data), self._array.end()]
 
 
 def stream_relay(ex: Exchange, upstream: Upstream) -> GeminiPassthroughStream:

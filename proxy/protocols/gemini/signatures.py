@@ -16,21 +16,34 @@ from __future__ import annotations
 from typing import Any
 
 from proxy.ir.reasoning import is_minted
+from proxy.protocols.gemini.carrier import is_token
 from proxy.protocols.gemini.vocabulary import SKIP_SIGNATURE
 
 
+def _ours(value: Any) -> bool:
+    """A token the proxy made: an envelope, or the base64 carrier a Gemini client got (carrier.py)."""
+    return isinstance(value, str) and (is_minted(value) or is_token(value))
+
+
 def without_minted(contents: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The contents with every thoughtSignature the proxy made removed (copies only what changes)."""
+    """The contents with every thoughtSignature the proxy made removed — and a part that was only
+    there to carry one (an empty text part) with it (copies only what changes)."""
     out = []
     for content in contents:
         parts = content.get("parts") if isinstance(content, dict) else None
-        if not isinstance(parts, list) or not any(isinstance(p, dict) and is_minted(p.get("thoughtSignature"))
+        if not isinstance(parts, list) or not any(isinstance(p, dict) and _ours(p.get("thoughtSignature"))
                                                   for p in parts):
             out.append(content)
             continue
-        kept = [{k: v for k, v in p.items() if k != "thoughtSignature"}
-                if isinstance(p, dict) and is_minted(p.get("thoughtSignature")) else p for p in parts]
-        out.append({**content, "parts": kept})
+        kept = []
+        for part in parts:
+            if isinstance(part, dict) and _ours(part.get("thoughtSignature")):
+                part = {k: v for k, v in part.items() if k != "thoughtSignature"}
+                if not part or part == {"text": ""}:
+                    continue
+            kept.append(part)
+        if kept:
+            out.append({**content, "parts": kept})
     return out
 
 

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from proxy.errors import invalid
-from proxy.ir.reasoning import anthropic_from_encrypted
+from proxy.ir.reasoning import anthropic_from_encrypted, gemini_from_envelope
 from proxy.ir.repair import pair_tool_results
 from proxy.ir.request import (
     AudioPart,
@@ -169,6 +169,8 @@ def _assistant_parts(item: dict[str, Any], itype: str, path: str) -> list[Part]:
         summary = [get_text(p, "text", join(path, "summary")) for p in get_objects(item, "summary", path)]
         encrypted = get(item, "encrypted_content", str, path)
         text, item_id = "\n\n".join(raw or summary), get(item, "id", str, path)
+        if gemini_from_envelope(encrypted) is not None:  # a Gemini signature, in the proxy's envelope
+            return [ReasoningPart(text=text, signature=encrypted, id=item_id)]
         restored = anthropic_from_encrypted(encrypted)  # an Anthropic signature the proxy wrapped
         if restored is not None:
             return [ReasoningPart(text=text, signature=restored[0], redacted=restored[1], id=item_id)]

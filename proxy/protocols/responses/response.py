@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from proxy.ir.reasoning import anthropic_to_encrypted
+from proxy.ir.reasoning import signature_to_encrypted
 from proxy.ir.request import OutputPart, ReasoningPart, RefusalPart, TextPart, ToolCallPart
 from proxy.ir.response import ErrorInfo, Response, Usage
 from proxy.protocols.openai_errors import error_body
@@ -101,7 +101,7 @@ def output_items(parts: Iterable[OutputPart], custom_tools: set[str], include_en
             continue
         message = None
         if isinstance(part, ReasoningPart):
-            encrypted = part.encrypted or anthropic_to_encrypted(part.signature, part.redacted)
+            encrypted = part.encrypted or signature_to_encrypted(part.signature, part.redacted)
             items.append(reasoning_item(part.id or new_id("rs"), part.text, encrypted, include_encrypted))
         elif isinstance(part, ToolCallPart):
             custom = part.kind == "custom" or part.name in custom_tools

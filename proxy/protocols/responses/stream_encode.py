@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from proxy.ir.events import BlockStart, BlockStop, Cite, Delta, Event, Failure, Finish, Signature, Start, UsageUpdate
-from proxy.ir.reasoning import anthropic_to_encrypted
+from proxy.ir.reasoning import signature_to_encrypted
 from proxy.ir.request import Citation, OutputPart, ReasoningPart, RefusalPart, TextPart, ToolCallPart
 from proxy.ir.response import ErrorInfo, Usage
 from proxy.protocols.responses.annotations import annotation
@@ -118,7 +118,7 @@ class ResponsesStreamEncoder:
             item = self._open.get(ev.block)
             if item is not None and item.kind == "reasoning":
                 # An Anthropic signature travels inside encrypted_content (proxy.ir.reasoning).
-                item.encrypted = ev.encrypted or anthropic_to_encrypted(ev.signature, None)
+                item.encrypted = ev.encrypted or signature_to_encrypted(ev.signature, None)
             return []
         if isinstance(ev, Cite):
             content = self._contents.get(ev.block)
@@ -206,7 +206,7 @@ class ResponsesStreamEncoder:
             return [*frames, *self._added(item, call_item(item.id, part, False, "in_progress"))]
         if isinstance(part, ReasoningPart):
             item = self._open[ev.block] = _Item(part, "reasoning", part.id or new_id("rs"))
-            item.encrypted = part.encrypted or anthropic_to_encrypted(None, part.redacted)
+            item.encrypted = part.encrypted or signature_to_encrypted(None, part.redacted)
             added = reasoning_item(item.id, "", item.encrypted, self._include_encrypted)
             return [*frames, *self._added(item, added),
                     self._event("response.reasoning_summary_part.added", item_id=item.id, output_index=item.index,
