@@ -175,13 +175,12 @@ def _protocol_key() -> str | None:
     """The key where the path's protocol lets its clients send it besides the usual headers (Gemini's
     `x-goog-api-key` header and `?key=` query parameter)."""
     protocol = registry.for_path(request.path)
-    if protocol is None:
-        return None
-    client = protocol.client
-    for value in (request.headers.get(client.key_header) if client.key_header else None,
-                  request.args.get(client.key_query) if client.key_query else None):
-        if value and value.strip():
-            return value.strip()
+    # A path of no protocol (/v1/models, which google-genai lists at too) takes any protocol's ways.
+    for client in [protocol.client] if protocol is not None else [p.client for p in registry.all_protocols()]:
+        for value in (request.headers.get(client.key_header) if client.key_header else None,
+                      request.args.get(client.key_query) if client.key_query else None):
+            if value and value.strip():
+                return value.strip()
     return None
 
 

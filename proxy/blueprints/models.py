@@ -18,6 +18,7 @@ from proxy.blueprints.http import client_key
 from proxy.blueprints.state import app_state
 from proxy.errors import ProxyError
 from proxy.protocols import registry
+from proxy.protocols.codec import Protocol
 from proxy.upstream.catalog import Model, model_list, model_object
 
 bp = Blueprint("models", __name__)
@@ -31,12 +32,19 @@ def _catalog_routes(setup: BlueprintSetupState) -> None:
     for protocol in registry.all_protocols():
         for n, endpoint in enumerate(protocol.endpoints):
             if endpoint.kind == "catalog" and endpoint.catalog is not None:
-                setup.add_url_rule(endpoint.rule, f"{protocol.name}_catalog_{n}", _catalog_view(endpoint.catalog),
-                                   methods=["GET"])
+                # POST on a model's URL is a call the protocol does not have (`:embedContent`): a 404
+                # naming the calls it has, rather than a 405 saying to use GET.
+                methods = ["GET", "POST"] if "<path:model>" in endpoint.rule else ["GET"]
+                setup.add_url_rule(endpoint.rule, f"{protocol.name}_catalog_{n}",
+                                   _catalog_view(endpoint.catalog, protocol), methods=methods)
 
 
-def _catalog_view(lister: Lister) -> Callable[..., Response]:
+def _catalog_view(lister: Lister, protocol: Protocol) -> Callable[..., Response]:
     def catalog(model: str | None = None) -> Response:
+        if request.method == "POST":
+            calls = sorted({rule.rpartition(":")[2] for rule in registry.url_rules(protocol)})
+            raise ProxyError(404, f"{request.path} is not a call this proxy serves; it serves "
+                                  f"{', '.join(calls)} on {protocol.title} models.", "not_found")
         if model is not None:
             check_model(client_key(), model.removeprefix("models/"))
         return jsonify(lister(_allowed_models(), model, request.args))

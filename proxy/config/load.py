@@ -26,6 +26,7 @@ from proxy.config.model import (
     PROMPT_CACHE_MODES,
     REASONING_CONTROLS,
     REASONING_PASSBACK,
+    TOOL_SCHEMAS,
     Account,
     Config,
     ModelRules,
@@ -190,7 +191,8 @@ def _upstream(raw: Any, path: str, default_timeouts: Timeouts, proxies: tuple[st
         up,
         path,
         {"name", "protocol", "base_url", "accounts", "models", "headers", "timeouts", "stream_usage", "reasoning",
-         "max_output_tokens", "max_tokens_field", "pool", "unsupported", "prompt_cache", "provider", "pricing"},
+         "max_output_tokens", "max_tokens_field", "pool", "unsupported", "prompt_cache", "provider", "pricing",
+         "tool_schema"},
     )
     name = str_(required(up, "name", path), f"{path}.name")
     # Which names are protocols is the protocol registry's to say (proxy.protocols.registry.resolve).
@@ -224,6 +226,7 @@ def _upstream(raw: Any, path: str, default_timeouts: Timeouts, proxies: tuple[st
         pool=parse_pool(up.get("pool", {}), f"{path}.pool"),
         unsupported=unsupported_fields.parse(up.get("unsupported"), f"{path}.unsupported"),
         prompt_cache=_prompt_cache(up.get("prompt_cache", "auto"), f"{path}.prompt_cache"),
+        tool_schema=choice(up.get("tool_schema", "json_schema"), f"{path}.tool_schema", TOOL_SCHEMAS),
         proxies=proxies,
         provider=None if up.get("provider") is None else str_(up["provider"], f"{path}.provider").lower(),
         pricing=parse_pricing(up.get("pricing"), f"{path}.pricing"),

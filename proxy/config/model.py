@@ -91,6 +91,9 @@ class ReasoningOptions:
 REASONING_CONTROLS = ("none", "reasoning_effort", "deepseek", "qwen", "openrouter")
 REASONING_PASSBACK = {"auto": "auto", True: "always", False: "never"}  # config value → mode
 MAX_TOKENS_FIELDS = ("max_tokens", "max_completion_tokens")
+# How tool parameter schemas go to the upstream: as the client's JSON Schema, or reduced to the
+# OpenAPI subset (Gemini's `parameters`) for servers that refuse the rest.
+TOOL_SCHEMAS = ("json_schema", "openapi")
 PROMPT_CACHE_MODES = ("auto", "breakpoints", "off")
 @dataclass(frozen=True)
 class Upstream:
@@ -110,6 +113,7 @@ class Upstream:
     # Prompt caching the proxy asks an Anthropic upstream for when the client asked for none
     # (proxy/protocols/messages/prompt_cache.py): auto | breakpoints | off.
     prompt_cache: str = "auto"
+    tool_schema: str = "json_schema"  # json_schema | openapi (TOOL_SCHEMAS)
     # The top-level `proxies`: the outbound proxies of accounts that name none of their own.
     proxies: tuple[str, ...] = field(default=(), repr=False)
     # Which price list its model names are looked up in (genai-prices' provider id); None: guessed

@@ -11,7 +11,7 @@ Import-light: stdlib only, like `proxy.config`.
 from __future__ import annotations
 
 from proxy.config.limits import LIMIT_NAMES
-from proxy.config.model import MAX_TOKENS_FIELDS, PROMPT_CACHE_MODES, REASONING_CONTROLS
+from proxy.config.model import MAX_TOKENS_FIELDS, PROMPT_CACHE_MODES, REASONING_CONTROLS, TOOL_SCHEMAS
 from proxy.config.money_spec import BUDGET, MONEY_TOP_LEVEL, PRICING, PROVIDER
 from proxy.config.observability import LOG_FORMATS
 from proxy.config.pool import ACTIONS, POLICIES
@@ -233,6 +233,12 @@ UPSTREAM = Section((
        "`cache_control`. Other protocols' upstreams ignore it. See "
        "[Configuration](configuration.md#prompt-caching).", "auto",
        applies=("upstreams.0.prompt_cache", "auto")),
+    _k("tool_schema", one_of(TOOL_SCHEMAS),
+       "How tools' parameter schemas go to a `gemini` upstream: `json_schema` sends the client's JSON Schema as "
+       "it is (`parametersJsonSchema`); `openapi` reduces it to the OpenAPI subset of the older `parameters` "
+       "field (no `$ref`, `additionalProperties`, `const`, type lists, …), for Gemini-compatible servers that "
+       "refuse the rest. Other protocols' upstreams ignore it.", "json_schema",
+       applies=("upstreams.0.tool_schema", "json_schema")),
     PROVIDER,
     _k("pricing", PRICING, "This upstream's own prices, over the top-level `pricing`."),
 ))

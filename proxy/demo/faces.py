@@ -105,7 +105,7 @@ class TranslatingWriter:
     """Stands in for the HTTP writer while a scenario runs: the Chat SSE it is given goes out in
     the face's protocol. Everything else (start, end, drop, peer checks) is the real writer's."""
 
-    def __init__(self, writer: Any, face: Face) -> None:
+    def __init__(self, writer: Any, face: Any) -> None:  # a Face, or anything with its `stream`
         self._writer = writer
         self._parser = SSEParser()
         self._stream = face.stream(writer.send)

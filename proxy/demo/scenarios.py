@@ -41,7 +41,12 @@ and, once the last message is the tool's result, answers in text. Directives in 
   endless           keep streaming until the client goes away (tests)
   cache             model a prompt cache per account: the leading messages the account (API key)
                     has seen before are reported as `cached_tokens` (proxy/demo/prompt_cache.py);
-                    the Messages face needs no directive: it caches what `cache_control` marks
+                    the Messages face needs no directive: it caches what `cache_control` marks;
+                    the Gemini face reports them as `cachedContentTokenCount`
+  gemini-signatures the Gemini face's answers carry thought signatures (as Gemini 2.5 does);
+  enforce-signatures  … and a request whose current turn lacks them, or carries forged ones or ones of
+                    another model, gets Gemini 3's 400 (a "gemini-3*" model does both without a
+                    directive): proxy/demo/gemini_signatures.py. The other faces ignore both
   hang / hang=S     accept the request and send nothing, not even a status line, until the client
                     goes away — or for S seconds, then answer: an upstream stuck before its headers
                     (`timeouts.first_byte`, `timeouts.first_byte_total`)
@@ -105,7 +110,7 @@ class DirectiveError(ValueError):
 
 
 FLAGS = {"reasoning", "require-reasoning", "parallel", "interleave", "empty", "cite", "length", "fail-midstream",
-         "drop", "quirky", "usage-on-finish", "hold", "endless", "cache"}
+         "drop", "quirky", "usage-on-finish", "hold", "endless", "cache", "gemini-signatures", "enforce-signatures"}
 # name → (what its value must be, may it be left out)
 VALUES = {"tool": ("text", True), "stop": ("text", True), "chain": ("count", True), "words": ("count", True),
           "output": ("count", False),

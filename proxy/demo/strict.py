@@ -1,5 +1,6 @@
 """The demo upstream's strictness about tool history: what the real APIs answer, with a 400, to a
-tool call whose result is missing or a result whose call is missing.
+tool call whose result is missing or a result whose call is missing (and, for Gemini, a `contents`
+entry with no parts or a role other than user and model).
 
 Owns those checks and the real APIs' wording for them, one per protocol face, so a proxy that
 forwards a broken history (Claude Code truncates its own when it compacts) gets the error a real
@@ -118,4 +119,33 @@ def responses_problem(body: dict[str, Any]) -> dict[str, Any] | None:
         for kind, (output, name) in _OUTPUTS.items():
             if item.get("type") == output and calls.get(item.get("call_id")) != kind:
                 return _openai(f"No tool call found for {name} output with call_id {item.get('call_id')}.", "input")
+    return None
+
+
+def _google(message: str) -> dict[str, Any]:
+    return {"error": {"code": 400, "message": message, "status": "INVALID_ARGUMENT"}}
+
+
+def gemini_problem(body: dict[str, Any]) -> dict[str, Any] | None:
+    """Gemini: `contents` given, each with a valid role and parts; each function response turn right
+    after a function call turn, answering as many calls as it made."""
+    contents = body.get("contents")
+    if not isinstance(contents, list) or not contents:
+        return _google("* GenerateContentRequest.contents: contents is not specified\n")
+    calls = -1  # functionCall parts of the content before (-1: it was no model content with calls)
+    for i, content in enumerate(contents):
+        content = content if isinstance(content, dict) else {}
+        parts = [p for p in content.get("parts") or [] if isinstance(p, dict)]
+        if not parts:
+            return _google(f"* GenerateContentRequest.contents[{i}].parts: contents.parts must not be empty.\n")
+        if content.get("role", "user") not in ("user", "model"):
+            return _google("Please use a valid role: user, model.")
+        responses = sum(1 for p in parts if "functionResponse" in p)
+        if responses and calls < 0:
+            return _google("Please ensure that function response turn comes immediately after a function call turn.")
+        if calls > 0 and content.get("role", "user") == "user" and responses != calls:
+            return _google("Please ensure that the number of function response parts is equal to the number of "
+                           "function call parts of the function call turn.")
+        made = sum(1 for p in parts if "functionCall" in p)
+        calls = made if content.get("role") == "model" and made else -1
     return None

@@ -14,7 +14,9 @@ from typing import Any
 
 from proxy.demo import json_sample
 
-SHELL_TOOLS = ("bash", "shell", "exec_command", "shell_command", "local_shell", "run_command", "terminal")
+# Shell tools by name: Claude Code's, Codex's, gemini-cli's (run_shell_command) and common ones.
+SHELL_TOOLS = ("bash", "shell", "exec_command", "shell_command", "local_shell", "run_command", "terminal",
+               "run_shell_command")
 _RUN_WORDS = re.compile(r"\b(run|execute|exec|list (the )?files|ls)\b", re.IGNORECASE)
 
 

@@ -2,8 +2,9 @@
 
 Owns the upstream's endpoints — `GET /v1/models`, `POST /v1/chat/completions` executing a
 `scenarios.Plan`, and `POST /v1/messages` and `POST /v1/responses`, the same model behind the
-Anthropic and Responses protocols (proxy/demo/faces.py), `DELETE /v1/responses/{id}` (acknowledged:
-the demo keeps no responses, tests read the request log) — and a control API under `/_demo/`
+Anthropic and Responses protocols (proxy/demo/faces.py) and the Gemini API's `/v1beta` endpoints
+(proxy/demo/gemini_routes.py; keys as `x-goog-api-key` or `?key=`), `DELETE /v1/responses/{id}`
+(acknowledged: the demo keeps no responses, tests read the request log) — and a control API under `/_demo/`
 that tests use to see what reached the upstream and to steer it:
 
   GET  /v1/dashboard/balance             {"data": {"total_available": N}}, N fixed per key
@@ -50,7 +51,7 @@ from typing import Any
 import gevent
 from gevent.event import Event
 
-from proxy.demo import compaction, faces, scenarios, strict
+from proxy.demo import compaction, faces, gemini_face, gemini_routes, scenarios, strict
 from proxy.demo.http import HTTPRequest, PeerGone, Writer
 from proxy.demo.prompt_cache import PromptCache
 from proxy.errors import ProxyError, kind_for_status
@@ -90,7 +91,8 @@ class DemoUpstream:
     def __call__(self, req: HTTPRequest, w: Writer) -> None:
         if req.path.startswith("/_demo/"):
             return self._control(req, w)
-        key = _presented_key(req.headers)
+        key = _presented_key(req.headers) or req.query.get("key")  # Gemini's keys may come as ?key=
+        gemini = gemini_routes.handles(req)
         rid = req.headers.get("x-request-id", "")
         record: dict[str, Any] = {"request_id": rid, "method": req.method, "path": req.path, "key": key,
                                   "headers": req.headers, "body": None, "received_at": time.time(),
@@ -103,6 +105,8 @@ class DemoUpstream:
         script = self.scripts.get(rid)
         if script:
             return self._scripted(script.pop(0), w, rid)
+        if not key and gemini:
+            return w.response(403, _json(gemini_face.error_body(403, gemini_routes.NO_KEY)))
         if not key:
             return w.response(401, _json(_error("missing API key", "invalid_request_error", "invalid_api_key")))
         fault = self.key_faults.get(key)
@@ -115,10 +119,19 @@ class DemoUpstream:
             self._hang(math.inf if fault["hang"] is True else float(fault["hang"]), w, rid)
             fault = None
         if fault is not None:
-            body = fault.get("body") or _error(f"demo fault for this key ({fault.get('status')})", "demo_error")
+            message = f"demo fault for this key ({fault.get('status')})"
+            body = fault.get("body") or (gemini_face.error_body(int(fault.get("status", 500)), message) if gemini
+                                         else _error(message, "demo_error"))
             raw = body if isinstance(body, str) else _json(body)
             return w.response(int(fault.get("status", 500)), raw.encode() if isinstance(raw, str) else raw,
                               headers=fault.get("headers") or {})
+        if gemini:
+            try:
+                return gemini_routes.serve(self, req, w, record["body"], key, rid, self._first_try(rid, key),
+                                           MODELS + gemini_face.GEMINI_MODELS)
+            except PeerGone:
+                self.disconnects.setdefault(rid, Event()).set()
+                raise
         if req.method == "GET" and req.path.endswith("/dashboard/balance"):
             # A balance endpoint for the pool's `balance` setting: a stable per-key amount.
             amount = sum(key.encode()) % 1000 / 10
@@ -327,7 +340,8 @@ class DemoUpstream:
 
 
 def _presented_key(headers: dict[str, str]) -> str | None:
-    if headers.get("x-api-key"):
-        return headers["x-api-key"]
+    for name in ("x-api-key", "x-goog-api-key"):
+        if headers.get(name):
+            return headers[name]
     scheme, _, token = headers.get("authorization", "").partition(" ")
     return token.strip() if scheme.lower() == "bearer" and token.strip() else None

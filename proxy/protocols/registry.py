@@ -3,7 +3,7 @@
 Owns the table from a protocol's name (and its deprecated aliases) to its `Protocol`, and what
 the config needs from it: checking each upstream's `protocol:` value, turning an alias into the
 name (with one deprecation line in the log), and importing the extra protocol packages a config
-lists under `protocol_plugins` (each registers itself when imported). The three built-in
+lists under `protocol_plugins` (each registers itself when imported). The four built-in
 protocols are registered here; a fourth is a package that calls `register` — nothing else in the
 proxy changes. Everything else looks protocols up here and nowhere else.
 Pure: must not import Flask or requests.
@@ -103,9 +103,9 @@ def resolve(config: Config) -> Config:
 
 
 def _register_builtins() -> None:
-    from proxy.protocols import chat_completions, messages, responses
+    from proxy.protocols import chat_completions, gemini, messages, responses
 
-    for protocol in (chat_completions.PROTOCOL, messages.PROTOCOL, responses.PROTOCOL):
+    for protocol in (chat_completions.PROTOCOL, messages.PROTOCOL, responses.PROTOCOL, gemini.PROTOCOL):
         register(protocol)
 
 

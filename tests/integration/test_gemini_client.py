@@ -86,7 +86,8 @@ def test_function_call_round_trip(any_upstream: ProxyServer, stream: bool) -> No
 
 
 def test_count_tokens_both_shapes(any_upstream: ProxyServer) -> None:
-    counted = client(any_upstream).models.count_tokens(model=MODEL, contents="How many tokens is this?")
+    gm = client(any_upstream)  # held: a Client closes its connection pool when collected
+    counted = gm.models.count_tokens(model=MODEL, contents="How many tokens is this?")
     assert (counted.total_tokens or 0) > 0
     body = {"generateContentRequest": {"model": f"models/{MODEL}",
                                        "contents": [{"role": "user", "parts": [{"text": "How many tokens is this?"}]}]}}
@@ -133,8 +134,9 @@ def test_key_in_query_is_accepted_and_never_logged(any_upstream: ProxyServer) ->
 
 
 def test_wrong_key_is_a_gemini_error(any_upstream: ProxyServer) -> None:
+    gm = client(any_upstream, key="not-a-key")
     with pytest.raises(genai_errors.ClientError) as caught:
-        client(any_upstream, key="not-a-key").models.generate_content(model=MODEL, contents="hi")
+        gm.models.generate_content(model=MODEL, contents="hi")
     assert caught.value.code == 401 and caught.value.status == "UNAUTHENTICATED"
     assert "Invalid API key" in (caught.value.message or "")
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from proxy.config import Upstream
 from proxy.errors import embedded_error
+from proxy.ir.request import Request
 from proxy.ir.response import ErrorInfo, Response
 from proxy.protocols.codec import Answer, ClientSide, Endpoint, Passthrough, Protocol, UpstreamSide, UrlRoute
 from proxy.protocols.exchange import Exchange
@@ -53,6 +55,17 @@ def _error_in_body(doc: dict[str, Any], secrets: tuple[str, ...]) -> ErrorInfo |
     return error_from_gemini(doc) or (embedded_error(doc, secrets) if "error" in doc else None)
 
 
+def _count_tokens(req: Request, model: str, upstream: Upstream) -> tuple[str, dict[str, Any]]:
+    """`:countTokens` of the whole request (system instruction and tools counted too)."""
+    body = upstream_request.encode(req, model, upstream)
+    return f"{MODELS}/{model}:countTokens", {"generateContentRequest": {"model": f"models/{model}", **body}}
+
+
+def _read_count(doc: Any) -> int | None:
+    total = doc.get("totalTokens") if isinstance(doc, dict) else None
+    return total if isinstance(total, int) and not isinstance(total, bool) and total >= 0 else None
+
+
 def _path_for(model: str, stream: bool) -> str:
     return f"{MODELS}/{model}:streamGenerateContent?alt=sse" if stream else f"{MODELS}/{model}:generateContent"
 
@@ -85,6 +98,8 @@ UPSTREAM = UpstreamSide(
     path_for=_path_for,
     models_path=f"{MODELS}?pageSize={catalog.MAX_PAGE_SIZE}",
     model_ids=catalog.upstream_model_ids,
+    count_tokens=_count_tokens,
+    read_count=_read_count,
 )
 
 PASSTHROUGH = Passthrough(

@@ -36,7 +36,7 @@ from proxy.ir.request import OutputPart, ReasoningPart, TextPart, ToolCallPart
 from proxy.ir.response import ErrorInfo, Usage
 from proxy.protocols.gemini import carrier
 from proxy.protocols.gemini.errors import error_body
-from proxy.protocols.gemini.framing import SSE_KEEPALIVE, ArrayWriter, sse_error, sse_frame
+from proxy.protocols.gemini.framing import JSON_ARRAY_CONTENT_TYPE, SSE_KEEPALIVE, ArrayWriter, sse_error, sse_frame
 from proxy.protocols.gemini.response import candidate, citation_entry, finish_reason, function_call, new_id
 from proxy.protocols.gemini.vocabulary import usage_to_gemini
 from proxy.protocols.sse import dumps
@@ -69,6 +69,8 @@ class GeminiStreamEncoder:
         self._id = new_id()
         self._usage = Usage()
         self._array = None if sse else ArrayWriter()
+        # The array form is JSON, not SSE (proxy.relay.attempt.stream_headers reads this).
+        self.content_type = None if sse else JSON_ARRAY_CONTENT_TYPE
         self._blocks: dict[int, _Block] = {}
         self._held: list[ReasoningPart] = []
         self._offset = 0
