@@ -1,7 +1,7 @@
 """Load generator for the benchmarks: C concurrent keep-alive connections sending LLM requests of
 one client protocol, timing every byte. Runs in its own process; prints a JSON summary.
 
-    python bench/loadgen.py --url http://127.0.0.1:8080 --protocol chat|messages|responses \
+    python bench/loadgen.py --url http://127.0.0.1:8080 --protocol chat|messages|responses|gemini \
         [--no-stream] --concurrency C (--requests-per-conn N | --duration S) \
         [--chunks 50 --interval-ms 20 --tool] [--model M] [--ramp-s S] [--stall-s 2] [--out F] [--raw F]
 
@@ -16,6 +16,15 @@ connections) and stalls (no byte for longer than --stall-s).
 
 The scenario goes in the prompt as `[bench:chunks=N,interval=MS,tool=0|1]`, which the mock reads
 whatever protocol the proxy translated the request into.
+
+Gemini (`--protocol gemini`) names the model and the call in the path —
+`/v1beta/models/{model}:streamGenerateContent?alt=sse`, or `:generateContent` with --no-stream — and
+takes the key as `x-goog-api-key`. Its SSE events are `data: {GenerateContentResponse}` framed with
+CRLF (LF is read too), a blank line between events is a keepalive, and there is no [DONE]: a stream
+is complete when its body ends (the last chunk of the chunked encoding) after an event with a
+`finishReason`. A delta is any `data:` event (its stamps count: a text part, or a whole
+`functionCall` — which carries every argument fragment's stamp at once, as Gemini sends calls
+whole); an error is a `data: {"error": …}` event or the bare `{"error": …}` object.
 """
 
 from __future__ import annotations
@@ -33,8 +42,11 @@ from collections import Counter
 from typing import Any
 from urllib.parse import urlsplit
 
-PATHS = {"chat": "/v1/chat/completions", "messages": "/v1/messages", "responses": "/v1/responses"}
+PATHS = {"chat": "/v1/chat/completions", "messages": "/v1/messages", "responses": "/v1/responses",
+         "gemini": "/v1beta/models/{model}:{call}"}
+GEMINI_CALLS = {True: "streamGenerateContent?alt=sse", False: "generateContent"}  # by whether it streams
 STAMP = re.compile(rb"t(\d{19}) ")
+EVENT_END_CRLF = re.compile(rb"\r?\n\r?\n")  # Gemini's events end in CRLF CRLF
 TOOL = {"name": "get_weather", "description": "Weather for a city.",
         "schema": {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}}
 
@@ -54,6 +66,12 @@ def request_body(protocol: str, model: str, stream: bool, chunks: int, interval_
         if tool:
             body["tools"] = [{"name": TOOL["name"], "description": TOOL["description"],
                               "input_schema": TOOL["schema"]}]
+    elif protocol == "gemini":  # the model and whether to stream are in the path (request_path)
+        body = {"contents": [{"role": "user", "parts": [{"text": prompt}]}],
+                "generationConfig": {"maxOutputTokens": 1024}}
+        if tool:
+            body["tools"] = [{"functionDeclarations": [{"name": TOOL["name"], "description": TOOL["description"],
+                                                        "parametersJsonSchema": TOOL["schema"]}]}]
     else:
         body = {"model": model, "stream": stream, "input": prompt}
         if tool:
@@ -62,10 +80,15 @@ def request_body(protocol: str, model: str, stream: bool, chunks: int, interval_
     return body
 
 
-def request_bytes(host: str, protocol: str, key: str, body: dict) -> bytes:
+def request_path(protocol: str, model: str, stream: bool) -> str:
+    return PATHS[protocol].format(model=model, call=GEMINI_CALLS[stream])
+
+
+def request_bytes(host: str, protocol: str, key: str, body: dict, path: str) -> bytes:
     raw = json.dumps(body).encode()
+    auth = f"x-goog-api-key: {key}" if protocol == "gemini" else f"Authorization: Bearer {key}"
     extra = "anthropic-version: 2023-06-01\r\n" if protocol == "messages" else ""
-    head = (f"POST {PATHS[protocol]} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {key}\r\n{extra}"
+    head = (f"POST {path} HTTP/1.1\r\nHost: {host}\r\n{auth}\r\n{extra}"
             f"Content-Type: application/json\r\nContent-Length: {len(raw)}\r\n\r\n")
     return head.encode() + raw
 
@@ -75,7 +98,7 @@ def request_bytes(host: str, protocol: str, key: str, body: dict) -> bytes:
 def is_delta(protocol: str, event: bytes) -> bool:
     """Events that carry model output (and so a timestamp) — not the closing summaries, which
     repeat the whole text."""
-    if protocol == "chat":
+    if protocol in ("chat", "gemini"):
         return event.startswith(b"data: {") or event.startswith(b"data:{")
     if protocol == "messages":
         return event.startswith(b"event: content_block_delta")
@@ -87,6 +110,8 @@ def is_terminator(protocol: str, event: bytes) -> bool:
         return event.startswith(b"data: [DONE]") or event.startswith(b"data:[DONE]")
     if protocol == "messages":
         return event.startswith(b"event: message_stop")
+    if protocol == "gemini":  # no terminator event: the body's end after the finish reason (Client.finish)
+        return b'"finishReason"' in event
     return event.startswith(b"event: response.completed")
 
 
@@ -95,6 +120,8 @@ def in_band_error(protocol: str, event: bytes) -> bool:
         return event.startswith(b'data: {"error"')
     if protocol == "messages":
         return event.startswith(b"event: error")
+    if protocol == "gemini":  # an error event, or the bare error object the proxy writes mid-stream
+        return event.startswith((b'data: {"error"', b'data:{"error"', b'{"error"'))
     return event.startswith((b"event: error", b"event: response.failed", b"event: response.incomplete"))
 
 
@@ -251,12 +278,17 @@ class Client(asyncio.Protocol):
             return
         self.sse += data
         start = 0
-        while True:
-            end = self.sse.find(b"\n\n", start)
-            if end < 0:
-                break
-            self.event(bytes(self.sse[start:end]).lstrip(b"\r\n"), now)
-            start = end + 2
+        if self.protocol == "gemini":
+            for m in EVENT_END_CRLF.finditer(self.sse):
+                self.event(bytes(self.sse[start:m.start()]).lstrip(b"\r\n"), now)
+                start = m.end()
+        else:
+            while True:
+                end = self.sse.find(b"\n\n", start)
+                if end < 0:
+                    break
+                self.event(bytes(self.sse[start:end]).lstrip(b"\r\n"), now)
+                start = end + 2
         if start:
             del self.sse[:start]
 
@@ -309,16 +341,18 @@ class Job:
         self.protocol = args.protocol
         self.stream = args.stream
         self.expect = args.chunks if args.stream else 0
-        body = request_body(args.protocol, args.model or default_model(args.protocol), args.stream, args.chunks,
-                            args.interval_ms, args.tool)
-        self.payload = request_bytes(f"{self.host}:{self.port}", args.protocol, args.key, body)
+        model = args.model or default_model(args.protocol)
+        body = request_body(args.protocol, model, args.stream, args.chunks, args.interval_ms, args.tool)
+        self.payload = request_bytes(f"{self.host}:{self.port}", args.protocol, args.key, body,
+                                     request_path(args.protocol, model, args.stream))
         self.timeout = args.timeout or (30 + args.chunks * args.interval_ms / 1000 * 2)
         self.records: list[Record] = []
         self.connect_errors = 0
 
 
 def default_model(protocol: str) -> str:
-    return {"chat": "chat-bench", "messages": "claude-bench", "responses": "resp-bench"}[protocol]
+    return {"chat": "chat-bench", "messages": "claude-bench", "responses": "resp-bench",
+            "gemini": "gemini-bench"}[protocol]
 
 
 async def connect(job: Job) -> Client | None:

@@ -1,21 +1,32 @@
-"""A fast mock LLM upstream for the benchmarks: Chat Completions, Anthropic Messages and OpenAI
-Responses on one port, in its own process.
+"""A fast mock LLM upstream for the benchmarks: Chat Completions, Anthropic Messages, OpenAI
+Responses and Google Gemini on one port, in its own process.
 
     python bench/mock_upstream.py (--fd N | --port P) [--parent-pid PID]
 
 Owns the upstream side of every benchmark: a hand-written HTTP/1.1 server on asyncio (uvloop if
 importable) with keep-alive, Content-Length request bodies and chunked responses, serving
-`POST …/chat/completions`, `…/messages`, `…/responses` (streamed and not) and `GET …/models`.
+`POST …/chat/completions`, `…/messages`, `…/responses` (streamed and not), Gemini's
+`POST …/models/{model}:streamGenerateContent` (answered as SSE, as with `?alt=sse`, the only form
+the proxy asks for) and `…:generateContent`, and `GET …/models` (Gemini's list shape under
+`/v1beta/models`, OpenAI's elsewhere).
 It must be far cheaper than any proxy in front of it, so everything that does not change is
 serialised once at import and a streamed event is a single `%` format and one write.
 
 Every streamed text delta (or tool-argument fragment) is `t<time.time_ns()> ` — the time it was
 written — so a client of any protocol, after any translation, can compute delivery delay.
 
+Gemini never streams a function call's arguments: a call is one whole `functionCall` part. So the
+Gemini face's tool scenario streams the N deltas as text (the model narrating before it calls) and
+then sends the call in one chunk with arguments `{"a": "t<ns> "}` stamped when it is written — N+1
+stamped deltas, each as fresh as on the other faces. The last chunk of every Gemini stream carries
+finishReason STOP, usageMetadata and an empty text part, as Google's do; there is no [DONE].
+
 Scenario parameters come from the request: body fields `bench_chunks` (default 50),
 `bench_interval_ms` (default 20) and `bench_tool` (bool), or — because the proxy forwards unknown
 body fields only on same-protocol passthrough — a `[bench:chunks=50,interval=20,tool=0]` tag in
-the prompt text (the last tag in the body wins).
+the prompt text (the last tag in the body wins; it is read from the raw body, so it is found in
+Chat `messages`, Anthropic `messages`, Responses `input` and Gemini `contents[].parts[].text` alike).
+Whether to stream is the body's `stream` field, or for Gemini the call named in the path.
 """
 
 from __future__ import annotations
@@ -272,6 +283,45 @@ RESPONSES_WHOLE = json.dumps(resp_object("completed", [_text_item(TEXT_200, "com
                              separators=(",", ":")).encode()
 
 
+# ---------------------------------------------------------------- Google Gemini
+
+GEMINI_TAIL_FIELDS = b'"modelVersion":"bench-model","responseId":"bench"'
+GEMINI_USAGE = {"promptTokenCount": 25, "candidatesTokenCount": 50, "totalTokenCount": 75}
+GEMINI_USAGE_JSON = json.dumps(GEMINI_USAGE, separators=(",", ":")).encode()
+
+
+def gemini_chunk(parts: bytes, finish: bytes = b"") -> bytes:
+    """One SSE event holding a GenerateContentResponse, CRLF-framed as Google sends it."""
+    tail = b',"finishReason":"' + finish + b'"' if finish else b""
+    usage = b'"usageMetadata":' + GEMINI_USAGE_JSON + b"," if finish else b""
+    return (b'data: {"candidates":[{"content":{"parts":[' + parts + b'],"role":"model"}' + tail
+            + b',"index":0}],' + usage + GEMINI_TAIL_FIELDS + b"}\r\n\r\n")
+
+
+class GeminiStream(PreSerialisedStream):
+    """No start event (Gemini's first chunk is already content); text deltas; the end is the call, if
+    any, in one part, then the finish chunk."""
+
+    TEXT = gemini_chunk(b'{"text":"%s"}')  # no other % in a chunk: the stamp is the only substitution
+    CALL = gemini_chunk(b'{"functionCall":{"name":"get_weather","args":{"a":"%s"}}}')
+    TAIL = gemini_chunk(b'{"text":""}', b"STOP")
+
+    def delta(self, stamp: bytes) -> bytes:
+        return frame(self.TEXT % stamp)
+
+    def end(self) -> bytes:
+        if self.tool:
+            return frame(self.CALL % (b"t%d " % time.time_ns())) + frame(self.TAIL)
+        return frame(self.TAIL)
+
+
+GEMINI_WHOLE = json.dumps({
+    "candidates": [{"content": {"parts": [{"text": TEXT_200}], "role": "model"}, "finishReason": "STOP",
+                    "index": 0}],
+    "usageMetadata": GEMINI_USAGE, "modelVersion": "bench-model", "responseId": "bench"},
+    separators=(",", ":")).encode()
+
+
 # ---------------------------------------------------------------- HTTP
 
 def whole_response(status: int, body: bytes, reason: bytes = b"OK") -> bytes:
@@ -285,6 +335,10 @@ END = b"0\r\n\r\n"
 MODELS = whole_response(200, json.dumps({"object": "list", "data": [
     {"id": m, "object": "model", "created": 1700000000, "owned_by": "bench"}
     for m in ("chat-bench", "claude-bench", "resp-bench")]}).encode())
+GEMINI_MODELS = whole_response(200, json.dumps({"models": [{
+    "name": "models/gemini-bench", "baseModelId": "gemini-bench", "version": "1", "displayName": "gemini-bench",
+    "inputTokenLimit": 1048576, "outputTokenLimit": 65536,
+    "supportedGenerationMethods": ["generateContent", "countTokens"]}]}).encode())
 NOT_FOUND = whole_response(404, b'{"error":{"message":"not found","type":"not_found"}}', b"Not Found")
 BAD = whole_response(400, b'{"error":{"message":"unreadable body","type":"invalid_request_error"}}', b"Bad Request")
 # path suffix → (stream class, pre-serialised whole answer)
@@ -293,6 +347,11 @@ ENDPOINTS = {
     b"/messages": (MessagesStream, whole_response(200, MESSAGES_WHOLE)),
     b"/responses": (ResponsesStream, whole_response(200, RESPONSES_WHOLE)),
 }
+# Gemini names the call in the path (lower-cased here, as the whole head is; the colon may come
+# percent-encoded) and streams by it, not by a body field: suffix → streamed?
+GEMINI_CALLS = {b":streamgeneratecontent": True, b"%3astreamgeneratecontent": True,
+                b":generatecontent": False, b"%3ageneratecontent": False}
+GEMINI_WHOLE_RESPONSE = whole_response(200, GEMINI_WHOLE)
 
 
 def content_length(head: bytes) -> int:
@@ -347,9 +406,16 @@ class Connection(asyncio.Protocol):
     def dispatch(self, method: bytes, path: bytes, body: bytes) -> None:
         assert self.transport is not None
         if method == b"get" and path.endswith(b"/models"):
-            self.transport.write(MODELS)
+            self.transport.write(GEMINI_MODELS if path.endswith(b"/v1beta/models") else MODELS)
             return
-        endpoint = next((v for k, v in ENDPOINTS.items() if path.endswith(k)), None) if method == b"post" else None
+        endpoint: tuple[type, bytes] | None = None
+        gemini_stream: bool | None = None
+        if method == b"post":
+            endpoint = next((v for k, v in ENDPOINTS.items() if path.endswith(k)), None)
+            if endpoint is None:
+                gemini_stream = next((v for k, v in GEMINI_CALLS.items() if path.endswith(k)), None)
+                if gemini_stream is not None:
+                    endpoint = (GeminiStream, GEMINI_WHOLE_RESPONSE)
         if endpoint is None:
             self.transport.write(NOT_FOUND)
             return
@@ -360,13 +426,13 @@ class Connection(asyncio.Protocol):
             self.transport.write(BAD)
             return
         stream_cls, whole = endpoint
-        if not obj.get("stream"):
+        if not (obj.get("stream") if gemini_stream is None else gemini_stream):
             self.transport.write(whole)
             return
         self.task = asyncio.get_running_loop().create_task(self.stream(stream_cls(sc.tool), sc))
         self.task.add_done_callback(self.stream_done)
 
-    async def stream(self, enc: ChatStream | MessagesStream | ResponsesStream, sc: Scenario) -> None:
+    async def stream(self, enc: ChatStream | MessagesStream | ResponsesStream | GeminiStream, sc: Scenario) -> None:
         assert self.transport is not None
         write = self.transport.write
         loop = asyncio.get_running_loop()

@@ -11,13 +11,16 @@ proxy's CPU time and RSS from /proc around each run, and writes bench/results/<U
 (the tables, with the targets next to the figures) and a .raw.json beside it (every summary and
 every request's record; gitignored).
 
-Scenarios, for each client → upstream pair (same-protocol passthrough for all three client
-protocols, plus Messages and Responses clients over the Chat upstream):
+Scenarios, for each client → upstream pair (same-protocol passthrough for all four client
+protocols, Messages, Responses and Gemini clients over the Chat upstream, and a Chat client over the
+Gemini upstream):
   * streams of 50 deltas (~20 B each) at 20 ms, concurrency 1, 10, 100, 500 (--quick: no 500);
   * 1-delta streams at concurrency 100, so that proxy CPU = a·requests + b·chunks can be solved
     against the 50-delta streams at the same concurrency (a: µs per request, b: µs per chunk);
   * non-streamed ~200-byte answers at concurrency 1, 16, 64 for a fixed time (requests/s);
-  * a tool-call stream (50 argument fragments at 20 ms, concurrency 10);
+  * a tool-call stream (50 argument fragments at 20 ms, concurrency 10; Gemini never streams a
+    call's arguments, so from the Gemini upstream it is 50 text deltas then the whole call, and a
+    Gemini client gets the call whole once its last fragment is in — see bench/mock_upstream.py);
   * once per trial, on a freshly started proxy: 1,000 idle streams (a delta every 5 s, 3 each)
     open at once — none may stall, and the RSS they add is divided among them.
   * the operating point real streams arrive at: 10 concurrent streams of 50 deltas 20 ms apart
@@ -43,7 +46,12 @@ and runs every scenario against each, so the tables put the two side by side.
 --compare-url runs the same scenarios against another proxy you started yourself, in front of
 this run's mock: fix the mock's port with --mock-port P and route models chat-* to an OpenAI-Chat
 upstream, claude-* to an Anthropic one and resp-* to a Responses one, all at
-http://127.0.0.1:P/v1. Its CPU and RSS are read only if you give --compare-pid.
+http://127.0.0.1:P/v1, and gemini-* to a Gemini one at http://127.0.0.1:P (the API root: the
+Gemini upstream adds /v1beta itself). Its CPU and RSS are read only if you give --compare-pid.
+
+Clients are named by the load generator's --protocol (chat, messages, responses, gemini), upstreams
+by the proxy's `protocol:` (chat_completions, messages, responses, gemini). A Gemini client calls
+/v1beta/models/gemini-bench:streamGenerateContent?alt=sse (or :generateContent) with x-goog-api-key.
 """
 
 from __future__ import annotations
@@ -94,9 +102,16 @@ def set_pinning(workers: int) -> None:
 
 # client protocol → upstream protocol; the model name picks the upstream.
 PAIRS = [("chat", "chat_completions"), ("messages", "messages"), ("responses", "responses"),
-         ("messages", "chat_completions"), ("responses", "chat_completions")]
-MODELS = {"chat_completions": "chat-bench", "messages": "claude-bench", "responses": "resp-bench"}
-PASSTHROUGH = {("chat", "chat_completions"), ("messages", "messages"), ("responses", "responses")}
+         ("gemini", "gemini"), ("messages", "chat_completions"), ("responses", "chat_completions"),
+         ("gemini", "chat_completions"), ("chat", "gemini")]
+MODELS = {"chat_completions": "chat-bench", "messages": "claude-bench", "responses": "resp-bench",
+          "gemini": "gemini-bench"}
+PASSTHROUGH = {("chat", "chat_completions"), ("messages", "messages"), ("responses", "responses"),
+               ("gemini", "gemini")}
+# The Gemini pairs were added with the bar that none may cost more than 20 % above the worst of the
+# pairs measured before them, at the operating point (Report.operating says whether each holds).
+NEWER_PAIRS = {("gemini", "gemini"), ("gemini", "chat_completions"), ("chat", "gemini")}
+NEWER_PAIR_LIMIT = 1.2
 
 # Targets (see the tasks that asked for this suite and for its operating-point figures).
 NONSTREAM_CPU_MS = 0.8
@@ -145,14 +160,17 @@ OPS_OFF: dict[str, Any] = {"metrics": {"enabled": False}, "usage": {"enabled": F
 
 
 def proxy_config(mock_url: str, tmp: Path, ops: bool = True, name: str = "proxy") -> dict[str, Any]:
-    def upstream(protocol: str, pattern: str) -> dict[str, Any]:
-        return {"name": f"mock-{protocol}", "protocol": protocol, "base_url": mock_url,
+    def upstream(protocol: str, pattern: str, base_url: str = mock_url) -> dict[str, Any]:
+        return {"name": f"mock-{protocol}", "protocol": protocol, "base_url": base_url,
                 "models": {"serve": [pattern]},
                 "accounts": [{"id": f"{protocol}-{i}", "api_key": f"sk-dummy-{protocol}-{i}"} for i in (1, 2)]}
 
+    # A Gemini upstream's base_url is the API root: the proxy adds /v1beta/models/{model}:… itself.
+    root = mock_url.removesuffix("/v1")
     return {"client_keys": [CLIENT_KEY], "log_level": "warning", "state_path": str(tmp / f"{name}-state.db"),
             "upstreams": [upstream("chat_completions", "chat-*"), upstream("messages", "claude-*"),
-                          upstream("responses", "resp-*")], **({} if ops else OPS_OFF)}
+                          upstream("responses", "resp-*"), upstream("gemini", "gemini-*", root)],
+            **({} if ops else OPS_OFF)}
 
 
 @dataclass
@@ -638,6 +656,7 @@ class Report:
 
     def operating(self) -> None:
         rows = []
+        by_pair: dict[str, dict[tuple[str, str], float]] = {t: {} for t in self.targets}  # median µs/chunk
         for client, upstream in PAIRS:
             op, op2, _ = operating_point(client, upstream)
             batched = Scenario("stream", client, upstream, 100)
@@ -654,6 +673,8 @@ class Report:
                 # A run whose requests failed costs nothing and must not pass for cheap.
                 errors = sum(r["summary"]["errors"] for r in (*longs.values(), *shorts.values()))
                 ok = None if not marginal else errors == 0 and (med(marginal) or 0) <= OP_CHUNK_CPU_US
+                if marginal and errors == 0:
+                    by_pair[t][(client, upstream)] = med(marginal) or 0.0
                 rows.append([pair_label(client, upstream), t, spread(list(per_long.values()), 0),
                              spread(list(per_short.values()), 0), spread(marginal, 1), spread(fits, 1),
                              spread(pick(list(longs.values()), "summary", "delay_ms", "p99")),
@@ -670,6 +691,22 @@ class Report:
                    ["pair", "target", f"CPU µs/request ({OP_LONG} deltas)", f"CPU µs/request ({OP_SHORT} deltas)",
                     "marginal µs/chunk", "batched µs/chunk (c=100 fit)", "delay p99 ms", "errors", "goal", "ok"],
                    rows)
+        self.newer_pairs(by_pair)
+
+    def newer_pairs(self, by_pair: dict[str, dict[tuple[str, str], float]]) -> None:
+        """Each newer pair's marginal µs/chunk against the worst of the older pairs (NEWER_PAIRS)."""
+        for t, figures in by_pair.items():
+            older = {p: v for p, v in figures.items() if p not in NEWER_PAIRS}
+            newer = {p: v for p, v in figures.items() if p in NEWER_PAIRS}
+            if not older or not newer:
+                continue
+            worst = max(older, key=lambda p: older[p])
+            limit = NEWER_PAIR_LIMIT * older[worst]
+            parts = [f"{pair_label(*p)} {v:.1f} ({100 * v / older[worst]:.0f} %) {mark(v <= limit)}"
+                     for p, v in newer.items()]
+            self.lines += ["", f"Target `{t}`, median marginal µs/chunk: the worst of the older pairs is "
+                           f"{pair_label(*worst)} at {older[worst]:.1f}; the newer pairs, each to be at most "
+                           f"{100 * NEWER_PAIR_LIMIT:.0f} % of that ({limit:.1f}): " + "; ".join(parts) + "."]
 
     def first_byte(self) -> None:
         rows = []
