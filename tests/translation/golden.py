@@ -91,4 +91,5 @@ def check_golden(relative: str, actual: str) -> None:
         path.write_text(actual, encoding="utf-8")
         return
     assert path.exists(), f"missing golden {relative}; run with UPDATE_GOLDEN=1 and review it"
-    assert actual == path.read_text(encoding="utf-8"), f"output differs from golden {relative}"
+    # Read as bytes: read_text would turn the CRLF of Gemini's SSE frames into LF.
+    assert actual == path.read_bytes().decode("utf-8"), f"output differs from golden {relative}"
