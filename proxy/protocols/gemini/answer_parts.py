@@ -10,7 +10,6 @@ Pure: must not import Flask or requests.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Any
 
@@ -19,7 +18,7 @@ from proxy.ir.reasoning import gemini_envelope
 from proxy.ir.request import Citation, OutputPart, ReasoningPart, TextPart, ToolCallPart
 from proxy.ir.response import ErrorInfo
 from proxy.protocols.fields import obj, objects, text
-from proxy.protocols.gemini.vocabulary import FAILED_FINISHES, FINISH_FROM_GEMINI
+from proxy.protocols.gemini.vocabulary import FAILED_FINISHES, FINISH_FROM_GEMINI, minted_call_id
 
 PROTOCOL_NAME = __name__.split(".")[-2]  # this package's name: the origin citations say they came in
 
@@ -35,8 +34,7 @@ def call_id(call: dict[str, Any], answer_id: str, position: int) -> str:
     given = call.get("id")
     if isinstance(given, str) and given:
         return given
-    digest = hashlib.sha256(f"{answer_id}:{position}:{call.get('name')}".encode()).hexdigest()[:24]
-    return f"call_{digest}"
+    return minted_call_id(answer_id, position, call.get("name"))
 
 
 def arguments(call: dict[str, Any]) -> str:

@@ -22,7 +22,6 @@ Pure: must not import Flask or requests.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Any
 
@@ -41,7 +40,7 @@ from proxy.ir.request import (
     ToolResultPart,
 )
 from proxy.protocols.gemini import carrier
-from proxy.protocols.gemini.vocabulary import SKIP_SIGNATURE
+from proxy.protocols.gemini.vocabulary import SKIP_SIGNATURE, minted_call_id
 from proxy.protocols.validation import expect, get, join, one_of
 
 ROLES = ("user", "model")
@@ -126,10 +125,6 @@ def system_parts(system: Any, path: str) -> list[Part]:
 # ---------------------------------------------------------------- decoding
 
 
-def _mint(where: str, name: str) -> str:
-    return "call_" + hashlib.sha256(f"{where}/{name}".encode()).hexdigest()[:24]
-
-
 class _Calls:
     """Call ids, and the calls not answered yet by name (Gemini matches answers by name and order)."""
 
@@ -138,7 +133,7 @@ class _Calls:
 
     def call(self, raw: dict[str, Any], where: str) -> str:
         name = raw["name"]
-        call_id = raw.get("id") or _mint(where, name)
+        call_id = raw.get("id") or minted_call_id(where, name)
         self.open.setdefault(name, []).append(call_id)
         return str(call_id)
 
@@ -151,7 +146,7 @@ class _Calls:
             return str(given)
         if waiting:
             return waiting.pop(0)
-        return str(given) if given else _mint(where, name)
+        return str(given) if given else minted_call_id(where, name)
 
 
 def decode_contents(contents: list[dict[str, Any]]) -> list[Message]:

@@ -6,6 +6,7 @@ Pure: must not import Flask or requests.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from proxy.ir import response as ir
@@ -67,6 +68,13 @@ KIND_FOR_STATUS_NAME = {
     "UNAVAILABLE": "unavailable", "DEADLINE_EXCEEDED": "timeout", "ABORTED": "api_error",
     "NOT_IMPLEMENTED": "invalid_request", "UNKNOWN": "api_error",
 }
+
+
+def minted_call_id(*place: object) -> str:
+    """An id for a function call Gemini gave none, derived from where the call stands (the same every
+    time that place is read, so a call and its later result agree), in the `call_` + 24 hex form."""
+    seed = "/".join(str(p) for p in place)
+    return "call_" + hashlib.sha256(seed.encode()).hexdigest()[:24]
 
 
 def usage_from_gemini(raw: Any) -> Usage | None:
