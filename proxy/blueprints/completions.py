@@ -23,7 +23,8 @@ from flask import Blueprint, Response, g, request
 
 from proxy import conversations
 from proxy.blueprints.auth import check_model
-from proxy.blueprints.http import client_key, client_key_name, client_socket, json_body, relay_response
+from proxy.blueprints.http import (client_key, client_key_name, client_socket, json_body, presented, raw_body,
+                                   relay_response)
 from proxy.blueprints.state import AppState, app_state
 from proxy.config.keys import ClientKey
 from proxy.errors import ProxyError
@@ -31,7 +32,7 @@ from proxy.ir.request import Request
 from proxy.limits.limiter import estimate
 from proxy.ops.hooks import HookSet
 from proxy.ops.log_lines import ENVIRON_KEY
-from proxy.ops.records import OK, RequestRecord
+from proxy.ops.records import OK, Arrival, RequestRecord
 from proxy.protocols.codec import ClientSide, Protocol
 from proxy.protocols.exchange import Exchange
 
@@ -45,6 +46,7 @@ def admit(state: AppState, entry: ClientKey | None, client: ClientSide, record: 
     it — this endpoint, the Responses WebSocket, compaction — so no transport skips them."""
     check_model(entry, record.model)
     decoded = functools.cache(lambda: client.decode_request(body))
+    record.decoded = decoded
     state.limiter.admit(entry, record, decoded, body)
     try:
         config = state.keys.effective(state.config) if state.keys is not None else state.config  # runtime groups
@@ -84,7 +86,16 @@ def arriving_record(protocol: Protocol) -> RequestRecord:
     record = RequestRecord(g.request_id, client_key_name(), protocol.name, model="", stream=False,
                            client_address=request.remote_addr)
     request.environ[ENVIRON_KEY] = record
+    hooks = app_state().hooks
+    if hooks.watch_arrivals:
+        hooks.request_arrived(record, arrival())
     return record
+
+
+def arrival() -> Arrival:
+    """The request as it arrived, for the concerns that watch requests from their start."""
+    return Arrival(request.method, request.path, request.query_string.decode("latin-1"),
+                   {k.lower(): v for k, v in request.headers.items()}, raw_body, presented())
 
 
 def completions_blueprint(protocol: Protocol) -> Blueprint:

@@ -26,6 +26,7 @@ from proxy.blueprints.state import AppState, app_state
 from proxy.config import Config
 from proxy.config.keys import ClientKey
 from proxy.errors import ProxyError, invalid, kind_for_status
+from proxy.ops.log_lines import ENVIRON_KEY
 from proxy.ops.records import RequestRecord
 from proxy.protocols import registry
 from proxy.relay.loop import RelayResult
@@ -110,7 +111,7 @@ def install(app: Flask) -> None:
                              "permission")
         if status_page.is_page(request.path):
             return None  # the status page and its assets hold no data: the page signs in with the key itself
-        key = presented_key(request.headers.get("x-api-key"), request.headers.get("authorization")) or _protocol_key()
+        key = presented()
         if key is None:
             which = " (this endpoint needs an admin key, from admin_keys)" if admin else ""
             raise _refused(ProxyError(401, f"Missing API key{which}: send it as 'Authorization: Bearer <key>' or "
@@ -143,6 +144,10 @@ def install(app: Flask) -> None:
                 resp.headers.update(protocol.client.response_headers(rid))  # Anthropic's `request-id`
         for name, value in CORS_HEADERS.items():
             resp.headers.setdefault(name, value)
+        record = request.environ.get(ENVIRON_KEY)
+        if record is not None and record.capture is not None:  # the request log keeps what the client got
+            record.capture.client_answer(resp.status_code, resp.headers,
+                                         None if resp.direct_passthrough else resp.get_data())
         return resp
 
     @app.errorhandler(ProxyError)
@@ -258,7 +263,7 @@ def json_body() -> dict[str, Any]:
         raise invalid("", "Missing Content-Type header: send 'Content-Type: application/json'.")
     if mimetype != "application/json" and not mimetype.endswith("+json"):
         raise invalid("", f"Content-Type is {mimetype!r}; this endpoint takes 'application/json'.")
-    data = _read_body(current_app.config["MAX_CONTENT_LENGTH"])
+    data = g.raw_body = _read_body(current_app.config["MAX_CONTENT_LENGTH"])
     if not data.strip():
         raise invalid("", "The request body is empty; send a JSON object.")
     try:
@@ -275,6 +280,16 @@ def json_body() -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise invalid("", "The request body must be a JSON object.")
     return doc
+
+
+def raw_body() -> bytes:
+    """The request's body as it was read (b"" before `json_body` has read it)."""
+    return getattr(g, "raw_body", b"")
+
+
+def presented() -> str | None:
+    """The key the client presented, wherever its protocol lets it send one."""
+    return presented_key(request.headers.get("x-api-key"), request.headers.get("authorization")) or _protocol_key()
 
 
 def relay_response(result: RelayResult) -> Response:

@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import logging
 
-from proxy.ops.records import AttemptRecord, RequestRecord
+from proxy.ops.records import Arrival, AttemptRecord, RequestRecord
 
 log = logging.getLogger(__name__)
 
 
 class Hooks:
     """One concern. Every method is called on the request's own greenlet: keep them cheap."""
+
+    def request_arrived(self, record: RequestRecord, arrival: Arrival) -> None:
+        """A completion request arrived (its model not read yet): a concern that watches a request
+        from its start sets its tap on the record here (`capture`, `trace`)."""
 
     def attempt(self, record: AttemptRecord) -> None:
         """An attempt ended (answered, failed, or handed its stream to the engine)."""
@@ -34,10 +38,24 @@ class Hooks:
 
 class HookSet(Hooks):
     def __init__(self, hooks: list[Hooks] | None = None) -> None:
-        self.hooks: list[Hooks] = list(hooks or [])
+        self.hooks: list[Hooks] = []
+        # Whether any concern watches requests from their arrival: when none does (the request log
+        # and tracing off), the edge builds no `Arrival` at all.
+        self.watch_arrivals = False
+        for hook in hooks or []:
+            self.add(hook)
 
     def add(self, hook: Hooks) -> None:
         self.hooks.append(hook)
+        if type(hook).request_arrived is not Hooks.request_arrived:
+            self.watch_arrivals = True
+
+    def request_arrived(self, record: RequestRecord, arrival: Arrival) -> None:
+        for hook in self.hooks:
+            try:
+                hook.request_arrived(record, arrival)
+            except Exception:
+                log.exception("hook %s failed on an arriving request", type(hook).__name__)
 
     def attempt(self, record: AttemptRecord) -> None:
         for hook in self.hooks:

@@ -12,7 +12,9 @@ name.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from proxy.ir.response import Usage
 
@@ -21,6 +23,55 @@ from proxy.ir.response import Usage
 # failure class of the last attempt when the upstream failed.
 OK = "ok"
 CLIENT_GONE = "client_gone"
+
+
+@dataclass(slots=True)
+class Arrival:
+    """A request as it arrived, for the concerns that watch a request from its start (the request
+    log, tracing: `Hooks.request_arrived`). `body` gives the raw body once it has been read (b""
+    before); `key` is the key the client presented, held only so that what is kept can be scrubbed
+    of it — never stored, never logged."""
+
+    method: str
+    path: str
+    query: str  # the query string as sent (a `?key=` in it is a secret: whoever keeps it removes it)
+    headers: Mapping[str, str]  # names in lower case
+    body: Callable[[], bytes]
+    key: str | None = None
+
+
+@dataclass(slots=True)
+class AttemptStart:
+    """An attempt about to be sent: what the request log keeps of it and what tracing names its span by."""
+
+    number: int  # 1 for the request's first attempt
+    upstream: str
+    upstream_protocol: str
+    server: str  # the upstream's base URL
+    account: str
+    upstream_model: str
+    path: str
+    body: bytes
+    started: float = field(default_factory=time.time)
+
+
+class Capture(Protocol):
+    """The request log's tap on one request (proxy.ops.request_log), set on the record by its hook
+    when the request is to be logged. Called on the request's own greenlet; the chunk and frame
+    calls are on a stream's hot path, so they only keep references."""
+
+    def attempt_started(self, start: AttemptStart) -> None: ...
+    def upstream_answer(self, status: int, raw: bytes) -> None: ...  # an error body, or a whole answer
+    def upstream_chunk(self, data: bytes) -> None: ...  # a stream's raw bytes, as read
+    def client_frames(self, frames: list[bytes]) -> None: ...  # a stream's frames, as written
+    def client_answer(self, status: int, headers: Mapping[str, str], body: bytes | None) -> None: ...
+
+
+class Trace(Protocol):
+    """Tracing's hold on one request (proxy.ops.tracing), set on the record by its hook: the headers
+    that carry an attempt's trace context to the upstream."""
+
+    def attempt_started(self, start: AttemptStart) -> Mapping[str, str]: ...
 
 
 @dataclass(slots=True)
@@ -35,6 +86,7 @@ class AttemptRecord:
     request: RequestRecord | None = None  # the request this attempt serves (who asked, for which model)
     dropped: dict[str, int] | None = None  # what the client's encoder had left out by then (reasoning: 2)
     upstream_model: str | None = None  # the model name the upstream was asked for
+    number: int = 1  # which of the request's attempts this was
 
 
 @dataclass(slots=True)
@@ -64,6 +116,16 @@ class RequestRecord:
     duration_s: float | None = None
     attempts: int = 0
     done: bool = False
+    # What the answer said of itself, for traces: its id, the model that produced it (as the
+    # upstream named it), why it finished (in the IR's words); the conversation affinity keyed it by.
+    response_id: str | None = None
+    response_model: str | None = None
+    finish_reason: str | None = None
+    conversation_id: str | None = None
+    # The client's request in the IR, decoded when first asked (tracing reads its sampling settings).
+    decoded: Callable[[], Any] | None = None
+    capture: Capture | None = None  # set when the request log keeps this request
+    trace: Trace | None = None  # set when tracing follows this request
 
     def attempted(self, attempt: AttemptRecord) -> None:
         """One more attempt, and where it went (the request shows where its latest went)."""

@@ -33,7 +33,7 @@ from proxy.ir.fold import unfold
 from proxy.ir.request import Request
 from proxy.ir.response import ErrorInfo, Usage
 from proxy.ops.hooks import Hooks
-from proxy.ops.records import AttemptRecord, RequestRecord
+from proxy.ops.records import AttemptRecord, AttemptStart, RequestRecord
 from proxy.pool.classify import NETWORK_ACTION, NETWORK_CLASS, Verdict
 from proxy.pool.pool import AccountPool, Lease
 from proxy.protocols import registry
@@ -175,6 +175,9 @@ class Attempt:
         header_wait = upstream.timeouts.header_wait(ex.stream)
         path = ex.passthrough_path if sides.passthrough is not None and ex.passthrough_path else \
             _upstream_path(sides.upstream.upstream, self.route.model, ex.stream)
+        record = self.request
+        if record is not None and (record.capture is not None or record.trace is not None):
+            headers = self._watched(record, path, body, headers)
         call = UpstreamCall(upstream, lease.account, path, body, ex.request_id,
                             headers=headers, header_wait=header_wait, first_byte=self.budget)
         self.started = self.kit.clock()
@@ -201,6 +204,8 @@ class Attempt:
 
         if answer.status >= 300:
             raw = answer.read()
+            if record is not None and record.capture is not None:
+                record.capture.upstream_answer(answer.status, raw)
             info = parse_upstream_error(answer.status, raw, self.kit.secrets)
             text = raw.decode("utf-8", "replace")
             self._judge(self.pool.classify(answer.status, text), info, answer.headers, text)
@@ -210,6 +215,19 @@ class Attempt:
         if ex.stream and _is_event_stream(answer.headers.get("Content-Type", "")):
             return self._stream(answer)
         return self._whole(answer)
+
+    def _watched(self, record: RequestRecord, path: str, body: bytes,
+                 headers: dict[str, str] | None) -> dict[str, str] | None:
+        """Tell the request's request log and trace that this attempt is being sent; the headers to
+        send, with the trace context of the attempt's span added."""
+        upstream = self.route.upstream
+        start = AttemptStart(record.attempts + 1, upstream.name, upstream.protocol, upstream.base_url,
+                             self.lease.account.id, self.route.model, path, body)
+        if record.capture is not None:
+            record.capture.attempt_started(start)
+        if record.trace is not None:
+            headers = {**(headers or {}), **record.trace.attempt_started(start)}
+        return headers
 
     def _upstream_body(self) -> bytes:
         ex, route, sides = self.ex, self.route, self.sides
@@ -241,7 +259,9 @@ class Attempt:
             relay = Translation(decoder, sides.client.client.stream_encoder(ex))
         end = StreamEnd(ex, route, lease, relay, sides.passthrough is not None, self.kit.clock, self.started,
                         self.stream_ended)
-        body = answer.stream(relay, self.kit.streaming, ex.client_socket, end.close, end.keep if end.keeps else None)
+        capture = self.request.capture if self.request is not None else None
+        body = answer.stream(relay, self.kit.streaming, ex.client_socket, end.close, end.keep if end.keeps else None,
+                             capture)
         try:
             body.prime(self.budget.deadline, self.budget.no_event(route.upstream.name))
         except EarlyStreamFailure as early:
@@ -267,6 +287,9 @@ class Attempt:
             raise _client_error(embedded, None, None, self.kit.secrets)
         decoded = sides.upstream.upstream.decode_response(doc, self.route.upstream)
         lease.release(usage=decoded.usage)
+        if self.request is not None:  # what the answer says of itself, for traces
+            self.request.response_id, self.request.response_model = decoded.id or None, decoded.model or None
+            self.request.finish_reason = decoded.finish_reason
         if ex.stream:
             # Asked to stream, answered with one body: give the client the stream it expects —
             # translated, so the answer it gets (and keeps) is not the upstream's own object.
@@ -296,6 +319,8 @@ class Attempt:
     def _read_json(self, answer: UpstreamAnswer) -> dict[str, Any]:
         name, limit = self.route.upstream.name, self.kit.max_response_bytes
         raw = answer.read(limit + 1)
+        if self.request is not None and self.request.capture is not None:
+            self.request.capture.upstream_answer(answer.status, raw)
         if len(raw) > limit:
             self.lease.release(failure="upstream_error")
             raise ProxyError(502, f"upstream {name!r} answered with more than {limit} bytes, the "
@@ -326,7 +351,7 @@ class Attempt:
         elapsed = self.kit.clock() - self.started
         self.told = AttemptRecord(ex.request_id, upstream, account, status if isinstance(status, int) else None,
                                   klass, action, elapsed, self.request, dict(dropped) if dropped else None,
-                                  self.route.model)
+                                  self.route.model, self.request.attempts + 1 if self.request is not None else 1)
         self.kit.hooks.attempt(self.told)
 
 

@@ -98,6 +98,8 @@ class Relay:
             if self.affinity is not None:
                 conversation = self.affinity.conversation(ex, route.upstream)
                 prefer = self.affinity.preferred(ex, route.upstream, conversation)
+                if record is not None and conversation is not None:
+                    record.conversation_id = conversation
             tried: set[str] = set()
             while len(tried) < pool.settings.max_attempts:
                 if budget.spent():

@@ -33,7 +33,7 @@ from proxy.ir.response import ErrorInfo
 from proxy.pool.pool import AccountPool
 from proxy.protocols.transcode import StreamRelay
 from proxy.relay.first_byte import FirstByteBudget
-from proxy.streaming import StreamingBody, StreamOutcome
+from proxy.streaming import StreamingBody, StreamOutcome, StreamTap
 from proxy.upstream.client import MAX_ERROR_BODY, Target, UpstreamClient, read_capped
 from proxy.upstream.outbound import send_via_proxies
 
@@ -79,10 +79,12 @@ class UpstreamAnswer(Protocol):
         memory), whatever of it came before it broke off; closes the answer."""
 
     def stream(self, relay: StreamRelay, settings: Streaming, client_socket: socket.socket | None,
-               on_close: Callable[[StreamOutcome], None], on_end: Callable[[], None] | None = None) -> ClientStream:
+               on_close: Callable[[StreamOutcome], None], on_end: Callable[[], None] | None = None,
+               tap: StreamTap | None = None) -> ClientStream:
         """Hand the body to the streaming engine, which relays it through `relay`, calls `on_end`
         once when the stream has finished (before its last frames go out, where it may wait), and
-        closes the answer when the client's stream ends (then calls `on_close` once)."""
+        closes the answer when the client's stream ends (then calls `on_close` once). `tap`, when
+        the request log keeps the request, is given the upstream's bytes and the client's frames."""
 
 
 class Transport(Protocol):
@@ -128,5 +130,6 @@ class _HTTPAnswer:
         return read_capped(self._response, limit)
 
     def stream(self, relay: StreamRelay, settings: Streaming, client_socket: socket.socket | None,
-               on_close: Callable[[StreamOutcome], None], on_end: Callable[[], None] | None = None) -> ClientStream:
-        return StreamingBody(self._response, relay, settings, client_socket, on_close, on_end)
+               on_close: Callable[[StreamOutcome], None], on_end: Callable[[], None] | None = None,
+               tap: StreamTap | None = None) -> ClientStream:
+        return StreamingBody(self._response, relay, settings, client_socket, on_close, on_end, tap)

@@ -17,8 +17,8 @@ Owns the life of one streamed response (docs/architecture.md §6), in pieces, ea
 from __future__ import annotations
 
 from proxy.streaming.engine import FINISH_MAX_BYTES, FINISH_WITHIN, StreamingBody, end_all_streams
-from proxy.streaming.fields import ClientWriter, EarlyStreamFailure, StreamOutcome
+from proxy.streaming.fields import ClientWriter, EarlyStreamFailure, StreamOutcome, StreamTap
 from proxy.streaming.hangup import ClientGone, hangup_aborts, peer_left
 
 __all__ = ["FINISH_MAX_BYTES", "FINISH_WITHIN", "ClientGone", "ClientWriter", "EarlyStreamFailure", "StreamOutcome",
-           "StreamingBody", "end_all_streams", "hangup_aborts", "peer_left"]
+           "StreamTap", "StreamingBody", "end_all_streams", "hangup_aborts", "peer_left"]

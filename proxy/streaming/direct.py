@@ -82,6 +82,8 @@ class DirectWrite(StreamFields):
                 self._handoff = frames  # the greenlet writes the last frames and ends the stream
                 return False
             if frames:
+                if self._tap is not None:
+                    self._tap.client_frames(frames)
                 if not self._send(frames):
                     return False
                 self._last_write = now

@@ -49,7 +49,7 @@ from proxy.ir.response import ErrorInfo
 from proxy.protocols.sse import SSEParser
 from proxy.protocols.transcode import StreamRelay
 from proxy.streaming.direct import DirectWrite
-from proxy.streaming.fields import ClientWriter, EarlyStreamFailure, StreamOutcome
+from proxy.streaming.fields import ClientWriter, EarlyStreamFailure, StreamOutcome, StreamTap
 from proxy.streaming.waiting import CLIENT, DEADLINE, INTERRUPT, Waiting
 from proxy.upstream.body import READ_SIZE, UpstreamBody, UpstreamBodyError
 
@@ -84,8 +84,10 @@ class StreamingBody(DirectWrite, Waiting):
         client_socket: socket.socket | None,
         on_close: Callable[[StreamOutcome], None],
         on_end: Callable[[], None] | None = None,
+        tap: StreamTap | None = None,
     ) -> None:
         self._upstream = upstream
+        self._tap = tap  # the request log's copy of the upstream's bytes and the client's frames
         self._body = UpstreamBody(upstream)
         self._relay = relay
         self._settings = settings
@@ -259,6 +261,8 @@ class StreamingBody(DirectWrite, Waiting):
                     self._end()  # before the frames that finish the stream go out
                 if not frames:
                     continue
+                if self._tap is not None:
+                    self._tap.client_frames(frames)
                 if self._os_socket is not None and self._writer is not None and self._writer.ready():
                     self._send(frames)
                     if self._unsent is not None:
@@ -334,6 +338,8 @@ class StreamingBody(DirectWrite, Waiting):
         and the log has the rest."""
         relay = self._relay
         frames: list[bytes] = []
+        if data is not None and self._tap is not None:
+            self._tap.upstream_chunk(data)
         try:
             for ev in self._parser.feed(data) if data is not None else self._parser.flush():
                 produced = relay.feed(ev)

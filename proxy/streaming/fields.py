@@ -57,6 +57,16 @@ class ClientWriter(Protocol):
         """`n` body bytes went out (the server's own count, for its access log)."""
 
 
+class StreamTap(Protocol):
+    """Who is given a copy of what a stream carries (the request log's capture, proxy.ops.records):
+    the upstream's bytes as read and the client's frames as written. Called on the hot path: it
+    keeps references, nothing more."""
+
+    def upstream_chunk(self, data: bytes) -> None: ...
+
+    def client_frames(self, frames: list[bytes]) -> None: ...
+
+
 class StreamFields:
     """The fields of one stream (the slots are `StreamingBody`'s), and the steps one piece calls in
     another."""
@@ -91,6 +101,7 @@ class StreamFields:
         "_read_again",
         "_relay",
         "_settings",
+        "_tap",
         "_timer",
         "_unsent",
         "_upstream",
@@ -104,6 +115,7 @@ class StreamFields:
     _body: UpstreamBody
     _relay: StreamRelay
     _settings: Streaming
+    _tap: StreamTap | None
     _parser: SSEParser
     _outcome: StreamOutcome
     _on_close: Callable[[StreamOutcome], None] | None

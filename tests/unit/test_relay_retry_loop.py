@@ -97,7 +97,8 @@ class Answer:
         return self.body[:limit]
 
     def stream(self, relay: StreamRelay, settings: Any, client_socket: Any,
-               on_close: Callable[[StreamOutcome], None], on_end: Callable[[], None] | None = None) -> FakeStream:
+               on_close: Callable[[StreamOutcome], None], on_end: Callable[[], None] | None = None,
+               tap: Any = None) -> FakeStream:
         self.streams.append(FakeStream(self.body, relay, on_close, on_end))
         return self.streams[-1]
 
