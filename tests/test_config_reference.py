@@ -100,6 +100,7 @@ SECTIONS: dict[str, Callable[[Doc], Doc]] = {
     "alerts": lambda d: d.setdefault("alerts", {}),
     "keys": lambda d: d.setdefault("keys", {}),
     "audit": lambda d: d.setdefault("audit", {}),
+    "request_log": lambda d: d.setdefault("request_log", {}),
 }
 
 

@@ -23,8 +23,15 @@ from flask import Blueprint, Response, g, request
 
 from proxy import conversations
 from proxy.blueprints.auth import check_model
-from proxy.blueprints.http import (client_key, client_key_name, client_socket, json_body, presented, raw_body,
-                                   relay_response)
+from proxy.blueprints.http import (
+    client_key,
+    client_key_name,
+    client_socket,
+    json_body,
+    presented,
+    raw_body,
+    relay_response,
+)
 from proxy.blueprints.state import AppState, app_state
 from proxy.config.keys import ClientKey
 from proxy.errors import ProxyError

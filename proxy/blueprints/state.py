@@ -24,6 +24,7 @@ from proxy.limits.limiter import Limiter
 from proxy.money.prices import PriceBook
 from proxy.ops.hooks import HookSet
 from proxy.ops.metrics import LiveGauges, Metrics
+from proxy.ops.request_log import RequestLogWriter
 from proxy.ops.usage_writer import UsageWriter
 from proxy.pool.pool import AccountPool
 from proxy.relay.loop import Relay
@@ -72,6 +73,7 @@ class AppState:
     config_generation: int = 1
     metrics: Metrics | None = None  # None: metrics.enabled is false
     keys: KeyDirectory | None = None  # keys made at runtime (proxy.keys): the same across reloads
+    request_log: RequestLogWriter | None = None  # requests kept with their bodies; None: request_log.enabled false
 
 
 def app_state(app: Flask | None = None) -> AppState:

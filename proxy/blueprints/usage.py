@@ -7,8 +7,10 @@ every `/admin/` path (proxy.blueprints.http).
       "cost_usd", "cost_unknown_requests", "cache_saved_usd", "cache_hit_rate", "avg_first_byte_ms",
       "avg_duration_ms"}], "totals": {…}} — or the rows as CSV with a header line
       (parameters and their rules: proxy/ops/usage_query.py)
-  GET /admin/requests?limit=100
-      {"data": [<the last requests this host finished, newest first: no bodies, no keys>]}
+  GET /admin/requests?limit=100&key=&model=&status=&since=&until=&has_body=1
+      {"data": [<the last requests this host finished, newest first: no bodies, no keys; each with
+      "has_body", whether the request log keeps its bodies (GET /admin/requests/{id})>]}
+      (filters: proxy/blueprints/request_log.py)
 
 Figures are totals over the host's workers and survive restarts (proxy/ops/usage_writer.py says
 why they are exact); what this worker still has queued is written before it answers.
@@ -17,11 +19,13 @@ why they are exact); what this worker still has queued is written before it answ
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
 
+from proxy.blueprints.request_log import parse_listing, request_log_has, request_log_totals
 from proxy.blueprints.state import app_state
-from proxy.errors import ProxyError, invalid
+from proxy.errors import ProxyError
 from proxy.ops.recent import entry_json
 from proxy.ops.usage_query import answer_csv, answer_json, parse_query
 from proxy.ops.usage_store import RECENT_CAP
@@ -53,11 +57,17 @@ def usage() -> Response:
 
 @bp.get("/admin/requests")
 def recent_requests() -> Response:
-    for name in request.args:
-        if name != "limit":
-            raise invalid(name, "unknown parameter; /admin/requests takes limit")
-    raw = request.args.get("limit", "100")
-    if not raw.isdigit() or not 1 <= int(raw) <= RECENT_CAP:
-        raise invalid("limit", f"must be a whole number from 1 to {RECENT_CAP} (got {raw!r})")
+    """The last requests, newest first, filtered; each says whether the request log has its bodies."""
+    listing = parse_listing(request.args)
     writer = _writer()
-    return jsonify({"data": [entry_json(e) for e in call_store(writer.store, lambda: writer.store.recent(int(raw)))]})
+    entries = call_store(writer.store, lambda: writer.store.recent(RECENT_CAP if listing.filtered else listing.limit))
+    chosen = [e for e in entries if listing.matches(e)]
+    logged = request_log_has([e.request_id for e in chosen]) if chosen else set()
+    if listing.has_body:
+        chosen = [e for e in chosen if e.request_id in logged]
+    answer: dict[str, Any] = {"data": [{**entry_json(e), "has_body": e.request_id in logged}
+                                       for e in chosen[:listing.limit]]}
+    totals = request_log_totals()
+    if totals is not None:
+        answer["request_log"] = totals
+    return jsonify(answer)

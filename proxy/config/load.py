@@ -39,6 +39,7 @@ from proxy.config.model import (
 from proxy.config.money import parse_alerts, parse_budget_settings, parse_key_groups, parse_pricing
 from proxy.config.observability import parse_logging, parse_metrics
 from proxy.config.pool import parse_pool
+from proxy.config.request_log import parse_request_log
 from proxy.config.server import parse_server
 from proxy.config.state import parse_state
 from proxy.config.usage import parse_usage
@@ -103,7 +104,7 @@ def parse(raw: Any, environ: Mapping[str, str] | None = None, source: str = "<me
             "compaction",
             "proxies", "protocol_plugins", "metrics", "logging", "usage", "state", "server",
             "pricing", "key_groups", "budget_input_margin", "budget_default_max_output_tokens", "alerts",
-            "keys", "audit",
+            "keys", "audit", "request_log",
         },
     )
     client_keys = parse_client_keys(top.get("client_keys"), "client_keys")
@@ -137,6 +138,7 @@ def parse(raw: Any, environ: Mapping[str, str] | None = None, source: str = "<me
         protocol_plugins=_plugins(top.get("protocol_plugins")),
         log_level=log_level,
         usage=parse_usage(top.get("usage"), "usage"),
+        request_log=parse_request_log(top.get("request_log", {})),
         state=parse_state(top.get("state"), "state"),
         state_path=None if top.get("state_path", "llm-proxy-state.db") in (None, "", ":memory:")
         else str_(top.get("state_path", "llm-proxy-state.db"), "state_path"),

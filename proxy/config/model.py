@@ -13,6 +13,7 @@ from proxy.config.keys import AuditSettings, ClientKey, KeysSettings
 from proxy.config.money import Alerts, BudgetSettings, KeyGroup, Pricing
 from proxy.config.observability import LoggingConfig, MetricsConfig
 from proxy.config.pool import PoolConfig
+from proxy.config.request_log import RequestLogConfig
 from proxy.config.server import ServerConfig
 from proxy.config.state import StateConfig
 from proxy.config.usage import UsageConfig
@@ -140,6 +141,7 @@ class Config:
     protocol_plugins: tuple[str, ...] = ()  # modules to import that register extra protocols
     log_level: str = "info"
     usage: UsageConfig = field(default_factory=UsageConfig)
+    request_log: RequestLogConfig = field(default_factory=RequestLogConfig)
     state: StateConfig = field(default_factory=StateConfig)  # shared state: sqlite (state_path) or redis
     source: str = "<memory>"
     # Keys this config sets that are still accepted but do nothing, each as one line naming the key

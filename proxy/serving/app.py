@@ -31,6 +31,7 @@ from proxy.blueprints import (
     messages,
     models,
     readiness,
+    request_log,
     responses,
     responses_compact,
     responses_socket,
@@ -51,6 +52,7 @@ from proxy.ops.hooks import HookSet
 from proxy.ops.log_lines import LogLines
 from proxy.ops.metrics import LiveGauges, Metrics
 from proxy.ops.recent import RecentRequests
+from proxy.ops.request_log import RequestLog, RequestLogWriter, redactor_for
 from proxy.ops.usage import UsageAccounting
 from proxy.ops.usage_writer import UsageWriter
 from proxy.protocols import registry
@@ -65,7 +67,14 @@ from proxy.upstream.keeper import PoolKeeper, call_store
 # The endpoints besides each protocol's completion endpoint, one module each.
 ENDPOINTS = (messages, responses, responses_socket, responses_compact, models, admin, key_admin, metrics_endpoint,
              admin_status,
-             readiness, reload_endpoints, usage, keys, status_page)
+             readiness, reload_endpoints, usage, request_log, keys, status_page)
+
+
+def known_secrets(state: AppState) -> tuple[str, ...]:
+    """Every secret the config knows — the accounts' keys, the client and admin keys — which the
+    request log removes from whatever it keeps."""
+    config = state.config
+    return (*state.relay.secrets, *(k.key for k in (*config.client_keys, *config.admin_keys) if k.key))
 
 
 def create_app(config: Config | None = None, start_background: bool = True) -> Flask:
@@ -102,6 +111,11 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
         hooks.add(UsageAccounting(usage_writer))
     live = LiveGauges()
     hooks.add(live)
+    request_writer = None
+    if stores.requests is not None:  # request_log.enabled: requests kept with their bodies
+        request_writer = RequestLogWriter(stores.requests, redactor_for(lambda: app_state(app).config.request_log,
+                                                                     lambda: known_secrets(app_state(app))))
+        hooks.add(RequestLog(lambda: app_state(app).config.request_log, request_writer))
 
     def served(model: str) -> bool:
         """Whether the router serves `model` (what earns it a metric label of its own) — the router
@@ -128,7 +142,8 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
     install(app, AppState(**parts, response_store=responses_store, keeper=keeper, hooks=hooks, client=client,
                           usage=usage_writer, live=live, metrics=metrics, config_source=source,
                           config_loaded_at=time.time(), config_generation=generation, store_health=stores.health,
-                          limiter=limiter, budgets=budgets, reloader=Reloader(app), keys=directory))
+                          limiter=limiter, budgets=budgets, reloader=Reloader(app), keys=directory,
+                          request_log=request_writer))
     http.install(app)
     # the client's address behind nginx / Caddy (server.forwarded_allow_ips): what the access log shows
     app.wsgi_app = forwarded.middleware(app.wsgi_app, config.server.forwarded_allow_ips)  # type: ignore[method-assign]

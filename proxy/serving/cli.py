@@ -1,5 +1,5 @@
 """The `llm-proxy` command: `serve`, `demo`, `check-config`, `prices`, `config-schema` and
-`state migrate | check | export | import`.
+`state migrate | check | export | import`, `keys …` and `requests export`.
 
 Owns the command line: validating the config before anything starts (an invalid config exits
 with status 2 and one line naming the key and the problem — no traceback), starting gunicorn
@@ -26,7 +26,7 @@ from typing import Any
 from proxy import __version__
 from proxy.config import Config, ConfigError, reference
 from proxy.protocols import registry
-from proxy.serving import key_cli, master
+from proxy.serving import key_cli, master, requests_cli
 from proxy.serving.config_check import checked as load_checked
 from proxy.serving.settings import settings as gunicorn_settings
 from proxy.state import schema
@@ -69,11 +69,15 @@ def main(argv: list[str] | None = None) -> int:
     state.add_argument("--config", required=True, help="YAML config file (its state: section says which store)")
 
     key_cli.add_parser(sub)
+    requests_cli.add_parser(sub)
 
     args = parser.parse_args(argv)
     if args.command == "keys":
         config = _loaded(args.config)
         return 2 if config is None else key_cli.run(args, config)
+    if args.command == "requests":
+        config = _loaded(args.config)
+        return 2 if config is None else requests_cli.run(args, config)
     if args.command == "check-config":
         return _check(args.config)
     if args.command == "prices":

@@ -45,6 +45,7 @@ from proxy.keys.store import KeyStore, MemoryKeyStore
 from proxy.limits.limiter import Limiter
 from proxy.limits.store import SQLiteLimitStore
 from proxy.ops.redis_usage_store import RedisUsageStore
+from proxy.ops.request_log_store import MemoryRequestLog, RequestLogStore, SQLiteRequestLog, log_path
 from proxy.ops.sqlite_usage_store import SQLiteUsageStore
 from proxy.ops.usage_store import MemoryUsageStore, UsageStore
 from proxy.pool.affinity import SQLiteAffinity
@@ -103,6 +104,22 @@ def _redis_keys(o: Opening) -> Any:
     return RedisKeyStore(o.config.state, o.redis)
 
 
+def _request_log(make: Callable[[Opening, float, int], Any]) -> Callable[[Opening], Any]:
+    """A request log store when the config turns the log on (none is opened, no file made, otherwise)."""
+
+    def opened(o: Opening) -> Any:
+        settings = o.config.request_log
+        return make(o, settings.retention_hours * 3600, settings.max_total_bytes) if settings.enabled else None
+
+    return opened
+
+
+def _redis_request_log(o: Opening, retention_s: float, max_bytes: int) -> Any:
+    from proxy.ops.redis_request_log import RedisRequestLog  # imports redis: only when configured
+
+    return RedisRequestLog(o.config.state, retention_s, max_bytes, o.redis)
+
+
 def _kept(o: Opening) -> tuple[int, float]:
     return o.config.response_store.max_entries, o.config.response_store.ttl
 
@@ -127,6 +144,12 @@ KINDS: dict[str, Kind] = {
     # Runtime keys and the audit log: one store, never a stand-in (a key revoked in Redis must not
     # live on in a worker's memory); with state_path: null, this worker's alone.
     "keys": Kind(memory=lambda o: MemoryKeyStore(), sqlite=lambda f, o: SQLiteKeyStore(f), redis=_redis_keys),
+    # The request log: a file of its own beside the state file (never the state file: its bursts of
+    # large bodies must not slow usage commits), Redis with TTLs, else memory; none when it is off.
+    "requests": Kind(memory=_request_log(lambda o, r, m: MemoryRequestLog(r, m)),
+                     sqlite=lambda f, o: _request_log(lambda o, r, m: SQLiteRequestLog(
+                         log_path(str(o.config.state_path)), r, m))(o),
+                     redis=_request_log(_redis_request_log)),
 }
 
 
@@ -163,6 +186,7 @@ class Stores:
     affinity: Affinity
     budgets: Budgets
     keys: KeyStore
+    requests: RequestLogStore | None = None  # None: request_log.enabled is false
     slots: SlotLedger | None = None
     state_file: StateFile | None = None
 
@@ -186,7 +210,7 @@ def open_stores(config: Config, migrated_here: bool = False) -> Stores:
     return Stores(pool=opened["pool"], usage=opened["usage"], responses=opened["conversations"], health=o.health,
                   holder=holder, slots=opened["slots"], limiter=Limiter.over(limits.local, limits.shared),
                   affinity=Affinity(affinity.local, affinity.shared), budgets=Budgets(opened["budgets"]),
-                  keys=opened["keys"], state_file=state_file)
+                  keys=opened["keys"], requests=opened["requests"], state_file=state_file)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,211 @@
+"""Where the request log keeps its entries: the `RequestLogStore` interface, in memory and in a
+SQLite file of its own beside the state file.
+
+Owns the bounds. Every `add` first drops what is older than `retention_hours`, then, while the
+entries kept take more than `max_total_mb`, the oldest — counted in `dropped`, which the admin API
+and `/metrics` show. The log is apart from usage: its own file (`<state_path>` with `.requests.db`
+for `.db`), its own connection and lock, so a burst of large bodies never slows the usage commits
+a request's answer waits for. The file's schema is this module's alone (`user_version` 1): nothing
+else opens it. `state_path: null` keeps the log in the worker's memory, the same bounds.
+Redis' store is proxy/ops/redis_request_log.py.
+Must not import Flask, requests or gevent.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Protocol
+
+from proxy.ops.request_entry import LoggedRequest
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS request_log (
+  request_id TEXT PRIMARY KEY, time REAL NOT NULL, client_key TEXT NOT NULL, model TEXT NOT NULL,
+  status INTEGER NOT NULL, size INTEGER NOT NULL, meta BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS request_log_time ON request_log (time);
+CREATE TABLE IF NOT EXISTS request_log_parts (
+  request_id TEXT NOT NULL, part TEXT NOT NULL, data BLOB NOT NULL, PRIMARY KEY (request_id, part));
+CREATE TABLE IF NOT EXISTS request_log_totals (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+INSERT OR IGNORE INTO request_log_totals VALUES ('size', 0), ('dropped', 0);
+"""
+
+
+class RequestLogStore(Protocol):
+    blocking: bool  # True: calls wait on a disk or the network (run off the request path, on a thread)
+
+    def add(self, entries: Sequence[LoggedRequest], now: float) -> int:
+        """Keep `entries`; drop what is past retention or over the size bound, oldest first.
+        Returns how many were dropped for the size bound by this call."""
+
+    def get(self, request_id: str) -> LoggedRequest | None: ...
+
+    def having(self, request_ids: Sequence[str]) -> set[str]:
+        """Which of these requests the log has."""
+
+    def between(self, since: float, until: float) -> Iterator[LoggedRequest]:
+        """Every entry that arrived in [since, until), oldest first (the export)."""
+
+    def totals(self) -> dict[str, int]:
+        """{"entries", "bytes", "dropped"}."""
+
+
+def log_path(state_path: str) -> str:
+    """The request log's file beside the state file: `state.db` → `state.requests.db`."""
+    path = Path(state_path)
+    return str(path.with_name(path.stem + ".requests.db" if path.suffix else path.name + ".requests.db"))
+
+
+class MemoryRequestLog:
+    """The log in this worker's memory (`state_path: null`), with the same bounds."""
+
+    blocking = False
+
+    def __init__(self, retention_s: float, max_bytes: int) -> None:
+        self.retention_s, self.max_bytes = retention_s, max_bytes
+        self.entries: OrderedDict[str, tuple[LoggedRequest, int]] = OrderedDict()  # oldest first
+        self.bytes = 0
+        self.dropped = 0
+
+    def add(self, entries: Sequence[LoggedRequest], now: float) -> int:
+        for entry in entries:
+            size = entry.size
+            self.entries[entry.request_id] = (entry, size)
+            self.bytes += size
+        while self.entries:
+            oldest, size = next(iter(self.entries.values()))
+            if oldest.time >= now - self.retention_s:
+                break
+            del self.entries[oldest.request_id]
+            self.bytes -= size
+        dropped = 0
+        while self.bytes > self.max_bytes and self.entries:
+            _, (_, size) = self.entries.popitem(last=False)
+            self.bytes -= size
+            dropped += 1
+        self.dropped += dropped
+        return dropped
+
+    def get(self, request_id: str) -> LoggedRequest | None:
+        found = self.entries.get(request_id)
+        return found[0] if found else None
+
+    def having(self, request_ids: Sequence[str]) -> set[str]:
+        return {i for i in request_ids if i in self.entries}
+
+    def between(self, since: float, until: float) -> Iterator[LoggedRequest]:
+        for entry, _ in sorted(self.entries.values(), key=lambda e: e[0].time):
+            if since <= entry.time < until:
+                yield entry
+
+    def totals(self) -> dict[str, int]:
+        return {"entries": len(self.entries), "bytes": self.bytes, "dropped": self.dropped}
+
+
+class SQLiteRequestLog:
+    """The log in its own SQLite file, shared by the host's workers (WAL: readers never wait)."""
+
+    blocking = True
+
+    def __init__(self, path: str, retention_s: float, max_bytes: int) -> None:
+        self.path, self.retention_s, self.max_bytes = path, retention_s, max_bytes
+        self._local = threading.local()  # one connection per thread: the writer's and the readers'
+        with self._connection() as db:
+            db.executescript(SCHEMA)
+            db.execute("PRAGMA user_version = 1")
+
+    def _connection(self) -> sqlite3.Connection:
+        db = getattr(self._local, "db", None)
+        if db is None:
+            db = sqlite3.connect(self.path, timeout=10.0, isolation_level=None, check_same_thread=False)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            self._local.db = db
+        return db
+
+    def add(self, entries: Sequence[LoggedRequest], now: float) -> int:
+        db = self._connection()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            added = 0
+            for entry in entries:
+                size = entry.size
+                replaced = db.execute("SELECT size FROM request_log WHERE request_id = ?",
+                                      (entry.request_id,)).fetchone()
+                db.execute("INSERT OR REPLACE INTO request_log VALUES (?, ?, ?, ?, ?, ?, ?)",
+                           (entry.request_id, entry.time, entry.client_key, entry.model, entry.status, size,
+                            entry.meta_json()))
+                db.execute("DELETE FROM request_log_parts WHERE request_id = ?", (entry.request_id,))
+                db.executemany("INSERT INTO request_log_parts VALUES (?, ?, ?)",
+                               [(entry.request_id, name, data) for name, data in entry.parts.items()])
+                added += size - (replaced[0] if replaced else 0)
+            expired = db.execute("SELECT request_id, size FROM request_log WHERE time < ?",
+                                 (now - self.retention_s,)).fetchall()
+            removed = sum(size for _, size in expired)
+            self._delete(db, [rid for rid, _ in expired])
+            total = db.execute("UPDATE request_log_totals SET value = value + ? WHERE name = 'size' RETURNING value",
+                               (added - removed,)).fetchone()[0]
+            dropped_ids: list[str] = []
+            if total > self.max_bytes:
+                for rid, size in db.execute("SELECT request_id, size FROM request_log ORDER BY time"):
+                    if total <= self.max_bytes:
+                        break
+                    dropped_ids.append(rid)
+                    total -= size
+                self._delete(db, dropped_ids)
+                db.execute("UPDATE request_log_totals SET value = ? WHERE name = 'size'", (total,))
+                db.execute("UPDATE request_log_totals SET value = value + ? WHERE name = 'dropped'",
+                           (len(dropped_ids),))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        return len(dropped_ids)
+
+    @staticmethod
+    def _delete(db: sqlite3.Connection, request_ids: list[str]) -> None:
+        for rid in request_ids:
+            db.execute("DELETE FROM request_log WHERE request_id = ?", (rid,))
+            db.execute("DELETE FROM request_log_parts WHERE request_id = ?", (rid,))
+
+    def get(self, request_id: str) -> LoggedRequest | None:
+        db = self._connection()
+        row = db.execute("SELECT request_id, time, client_key, model, status, meta FROM request_log "
+                         "WHERE request_id = ?", (request_id,)).fetchone()
+        if row is None:
+            return None
+        parts = dict(db.execute("SELECT part, data FROM request_log_parts WHERE request_id = ?", (request_id,)))
+        return _entry(row, parts)
+
+    def having(self, request_ids: Sequence[str]) -> set[str]:
+        db = self._connection()
+        found: set[str] = set()
+        for i in range(0, len(request_ids), 500):
+            chunk = list(request_ids[i:i + 500])
+            marks = ",".join("?" * len(chunk))
+            found.update(r[0] for r in db.execute(f"SELECT request_id FROM request_log WHERE request_id IN ({marks})",
+                                                  chunk))
+        return found
+
+    def between(self, since: float, until: float) -> Iterator[LoggedRequest]:
+        db = self._connection()
+        rows = db.execute("SELECT request_id, time, client_key, model, status, meta FROM request_log "
+                          "WHERE time >= ? AND time < ? ORDER BY time", (since, until)).fetchall()
+        for row in rows:
+            parts = dict(db.execute("SELECT part, data FROM request_log_parts WHERE request_id = ?", (row[0],)))
+            yield _entry(row, parts)
+
+    def totals(self) -> dict[str, int]:
+        db = self._connection()
+        values = dict(db.execute("SELECT name, value FROM request_log_totals"))
+        count = db.execute("SELECT COUNT(*) FROM request_log").fetchone()[0]
+        return {"entries": count, "bytes": values.get("size", 0), "dropped": values.get("dropped", 0)}
+
+
+def _entry(row: tuple[str, float, str, str, int, bytes], parts: dict[str, bytes]) -> LoggedRequest:
+    request_id, time, client_key, model, status, meta = row
+    return LoggedRequest(request_id, time, client_key, model, status, json.loads(meta), dict(parts))
