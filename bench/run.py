@@ -1,6 +1,7 @@
 """The benchmark suite, in one command:
 
     python bench/run.py [--quick | --focus [--only GROUP,...]] [--trials N] [--workers N] [--ops on|off|both]
+                        [--variants reqlog-all,reqlog-10pct]
                         [--compare-url URL --compare-key KEY [--compare-pid PID]]
 
 Owns the orchestration: starts the mock upstream (bench/mock_upstream.py) and the proxy
@@ -42,6 +43,11 @@ pinned to the first N cores with the mock and the load generator sharing the las
 and usage accounting (OPS_OFF) — are on (the default config) or off in the proxy measured; `both`
 starts a second proxy with them off ("ops-off") beside the first
 and runs every scenario against each, so the tables put the two side by side.
+
+--variants starts, beside the first proxy, one more for each variant named (`VARIANTS`: the request
+log on for every request, or sampled at 10 %), the same but for that one config change, and runs
+every scenario against each: a feature's cost per request and per chunk is the difference of the
+columns.
 
 --compare-url runs the same scenarios against another proxy you started yourself, in front of
 this run's mock: fix the mock's port with --mock-port P and route models chat-* to an OpenAI-Chat
@@ -159,7 +165,16 @@ def start_mock(port: int) -> tuple[subprocess.Popen[bytes], int]:
 OPS_OFF: dict[str, Any] = {"metrics": {"enabled": False}, "usage": {"enabled": False}}
 
 
-def proxy_config(mock_url: str, tmp: Path, ops: bool = True, name: str = "proxy") -> dict[str, Any]:
+# What --variants adds: proxies started beside the first, each with one config change, run through
+# every scenario after it — the cost of a feature read off the same tables (request log, tracing).
+VARIANTS: dict[str, dict[str, Any]] = {
+    "reqlog-all": {"request_log": {"enabled": True}},  # every request kept with its bodies
+    "reqlog-10pct": {"request_log": {"enabled": True, "sample": 0.1}},  # one in ten (and every failure)
+}
+
+
+def proxy_config(mock_url: str, tmp: Path, ops: bool = True, name: str = "proxy",
+                 overlay: dict[str, Any] | None = None) -> dict[str, Any]:
     def upstream(protocol: str, pattern: str, base_url: str = mock_url) -> dict[str, Any]:
         return {"name": f"mock-{protocol}", "protocol": protocol, "base_url": base_url,
                 "models": {"serve": [pattern]},
@@ -170,7 +185,7 @@ def proxy_config(mock_url: str, tmp: Path, ops: bool = True, name: str = "proxy"
     return {"client_keys": [CLIENT_KEY], "log_level": "warning", "state_path": str(tmp / f"{name}-state.db"),
             "upstreams": [upstream("chat_completions", "chat-*"), upstream("messages", "claude-*"),
                           upstream("responses", "resp-*"), upstream("gemini", "gemini-*", root)],
-            **({} if ops else OPS_OFF)}
+            **({} if ops else OPS_OFF), **(overlay or {})}
 
 
 @dataclass
@@ -180,9 +195,10 @@ class Proxy:
     log_path: Path
 
 
-def start_proxy(mock_url: str, tmp: Path, ops: bool = True, name: str = "proxy") -> Proxy:
+def start_proxy(mock_url: str, tmp: Path, ops: bool = True, name: str = "proxy",
+                overlay: dict[str, Any] | None = None) -> Proxy:
     config = tmp / f"{name}-config.yaml"
-    config.write_text(yaml.safe_dump(proxy_config(mock_url, tmp, ops, name)))
+    config.write_text(yaml.safe_dump(proxy_config(mock_url, tmp, ops, name, overlay)))
     sock = listening_socket()
     env = {**os.environ, "LLM_PROXY_CONFIG": str(config), "LLM_PROXY_WORKERS": str(WORKERS),
            "LLM_PROXY_ACCESS_LOG": "/dev/null", "LLM_PROXY_GUNICORN_LOG_LEVEL": "warning"}
@@ -462,6 +478,8 @@ def run_trial(trial: int, args: argparse.Namespace, mock_url: str, mock_root: st
     ops_off = start_proxy(mock_url, tmp, ops=False, name="ops-off") if args.ops == "both" else None
     if ops_off is not None:
         targets.append(Target("ops-off", ops_off.url, CLIENT_KEY, ops_off.process.pid))
+    variants = [start_proxy(mock_url, tmp, ops=args.ops != "off", name=v, overlay=VARIANTS[v]) for v in args.variants]
+    targets += [Target(v, p.url, CLIENT_KEY, p.process.pid) for v, p in zip(args.variants, variants, strict=True)]
     if args.compare_url:
         targets.append(Target("compare", args.compare_url.rstrip("/"), args.compare_key, args.compare_pid))
     try:
@@ -488,6 +506,8 @@ def run_trial(trial: int, args: argparse.Namespace, mock_url: str, mock_root: st
         stop(proxy.process)
         if ops_off is not None:
             stop(ops_off.process)
+        for variant in variants:
+            stop(variant.process)
 
 
 def log_problems(path: Path) -> list[str]:
@@ -898,6 +918,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--only", type=lambda v: [g for g in v.split(",") if g], default=list(FOCUS_GROUPS),
                         help=f"with --focus: some of {','.join(FOCUS_GROUPS)}")
     parser.add_argument("--workers", type=int, default=1, help="gevent workers (pinned as the docstring says)")
+    parser.add_argument("--variants", type=lambda v: [n for n in v.split(",") if n], default=[],
+                        help=f"proxies with one feature on, measured beside the first: {', '.join(VARIANTS)}")
     parser.add_argument("--ops", choices=("on", "off", "both"), default="on",
                         help="metrics (and accounting) on as configured by default, off, or both side by side")
     parser.add_argument("--mock-port", type=int, default=0, help="fixed port for the mock (for --compare-url)")
@@ -934,7 +956,8 @@ def main() -> None:
     finally:
         stop(mock, signal.SIGTERM)
     elapsed = time.monotonic() - t0
-    targets = ["proxy"] + (["ops-off"] if args.ops == "both" else []) + (["compare"] if args.compare_url else [])
+    targets = ["proxy"] + (["ops-off"] if args.ops == "both" else []) + list(args.variants) + \
+        (["compare"] if args.compare_url else [])
     report = write_report(results, args, started, elapsed, targets)
     Path(f"{stem}.md").write_text(report)
     Path(f"{stem}.raw.json").write_text(json.dumps({"args": vars(args), "runs": results.runs}))

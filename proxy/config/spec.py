@@ -14,9 +14,9 @@ from proxy.config.limits import LIMIT_NAMES
 from proxy.config.model import MAX_TOKENS_FIELDS, PROMPT_CACHE_MODES, REASONING_CONTROLS, TOOL_SCHEMAS
 from proxy.config.money_spec import BUDGET, MONEY_TOP_LEVEL, PRICING, PROVIDER
 from proxy.config.observability import LOG_FORMATS
+from proxy.config.observability_spec import REQUEST_LOG
 from proxy.config.pool import ACTIONS, POLICIES
 from proxy.config.presets import PRESETS
-from proxy.config.request_log import ERROR_MODES
 from proxy.config.spec_parts import (
     BOOLEAN,
     ENV,
@@ -358,29 +358,8 @@ SPEC = Section((
         _k("retention_days", number(1, whole=True), "Days the per-minute usage figures are kept.", "90",
            applies=("usage.retention_days", 90)),
     )), "Usage accounting."),
-    _k("request_log", Section((
-        _k("enabled", BOOLEAN, "Keep the chosen requests with their four bodies (the client's request, each attempt's "
-                               "request and answer, what the client got) for `GET /admin/requests/{id}`.", "false",
-           applies=("request_log.enabled", False)),
-        _k("keys", {"type": "array", "items": {"type": "string"}},
-           "Client key names (globs) whose requests are chosen.", '`["*"]`', applies=("request_log.keys", ("*",))),
-        _k("sample", {"type": "number", "minimum": 0, "maximum": 1},
-           "The fraction of the chosen keys' requests kept, 0.0 to 1.0.", "1.0", applies=("request_log.sample", 1.0)),
-        _k("errors", one_of(ERROR_MODES), "`always`: a failed request of a chosen key is kept whatever the sample; "
-                                          "`sampled`: as any other.", "always",
-           applies=("request_log.errors", "always")),
-        _k("max_body_bytes", SIZE, "Each body is kept up to this many bytes; its full size is noted.", "256KiB",
-           applies=("request_log.max_body_bytes", 262144)),
-        _k("retention_hours", number(0.001), "Hours a request is kept.", "72",
-           applies=("request_log.retention_hours", 72.0)),
-        _k("max_total_mb", number(0.001), "The log's size bound in MiB: beyond it the oldest requests are dropped "
-                                          "(and counted).", "256", applies=("request_log.max_total_mb", 256.0)),
-        _k("redact", {"type": "array", "items": {"type": "string"}},
-           "Replaced by `[redacted]` in every stored body: JSON paths (`$.messages[*].content`) or regular "
-           "expressions. Keys and `Authorization`-type headers are never stored whatever this says.", "`[]`",
-           applies=("request_log.redact", ())),
-    )), "The request log: requests kept with their bodies, bounded, in a SQLite file beside `state_path` (or in Redis "
-        "with `state.backend: redis`)."),
+    _k("request_log", REQUEST_LOG, "The request log: requests kept with their bodies, bounded, in a SQLite file "
+       "beside `state_path` (or in Redis with `state.backend: redis`)."),
     _k("keys", Section((
         _k("prefix", {"anyOf": [{"type": "string", "pattern": r"^[A-Za-z0-9._-]{1,16}$"}, ENV]},
            "What the secret of a key made at runtime starts with (1 to 16 letters, digits or `. _ -`): "

@@ -219,6 +219,10 @@ class Metrics(Hooks):
         self.budget_alerts = Counter("llm_proxy_budget_alerts", "USD budget windows that crossed their alert_at "
                                      "share (subject: key:<name> or group:<name>).", ["subject", "window"],
                                      registry=registry)
+        self.request_log_dropped = Counter("llm_proxy_request_log_dropped", "Requests the request log did not keep "
+                                           "or pushed out (reason: size_bound — the oldest, over max_total_mb; "
+                                           "queue — the writer was behind; store — the store failed).", ["reason"],
+                                           registry=registry)
         self._models: dict[str, str] = {}
         # Each series' child by its label values: labels() validates and converts its arguments on
         # every call, a third of a request's cost here. As bounded as the label values themselves.
@@ -230,6 +234,10 @@ class Metrics(Hooks):
         if child is None:
             child = self._series[key] = metric.labels(*values)
         return child
+
+    def request_log_drop(self, reason: str, count: int) -> None:
+        """The request log dropped `count` requests (proxy/ops/request_log.py)."""
+        self._child(self.request_log_dropped, reason).inc(count)
 
     def budget_alert(self, subject: str, window: str) -> None:
         """A budget's window crossed its alert_at share (proxy/budgets/alerts.py)."""

@@ -7,7 +7,7 @@ of the ids by arrival; `reqlog:size` a hash of each id's size; `reqlog:total` th
 both bounds — the ids past retention leave the set (their hashes have expired on their own), then
 the oldest go while the total is over `max_total_mb` — so hosts adding at once never overshoot it
 together. Reads are plain commands. While Redis is away the writer's batch is dropped and counted
-(proxy/ops/request_log_writer.py): the log is for looking, never for holding requests up.
+(proxy/ops/request_log.py): the log is for looking, never for holding requests up.
 Calls are cooperative under gevent (the standard library is patched); imports neither Flask nor gevent.
 """
 

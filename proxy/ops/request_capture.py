@@ -24,7 +24,8 @@ from proxy.ops.records import Arrival, AttemptRecord, AttemptStart, RequestRecor
 
 class BodyCopy:
     """One body as it passed: its pieces up to the cap, its full size, and — for a stream — when
-    each piece came (seconds since the request arrived) and where it ends in the kept bytes."""
+    each piece came (seconds since the request arrived) and where it ends in the kept bytes, one
+    after the other in one flat list."""
 
     __slots__ = ("cap", "content_type", "kept", "pieces", "size", "times")
 
@@ -34,7 +35,7 @@ class BodyCopy:
         self.pieces: list[bytes] = []
         self.kept = 0
         self.size = 0
-        self.times: list[tuple[float, int]] | None = None
+        self.times: list[float] | None = None
 
     def whole(self, data: bytes) -> None:
         self.size = len(data)
@@ -49,7 +50,7 @@ class BodyCopy:
             times = self.times
             if times is None:
                 times = self.times = []
-            times.append((at, self.kept))
+            times += (at, self.kept)  # flat: time, end, time, end, … (packed as is: proxy.ops.request_entry)
 
     def data(self) -> bytes:
         joined = self.pieces[0] if len(self.pieces) == 1 else b"".join(self.pieces)

@@ -20,8 +20,9 @@ from __future__ import annotations
 import base64
 import json
 import re
+from array import array
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
@@ -33,6 +34,7 @@ SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key",
                             "cookie", "set-cookie"})
 SECRET_QUERY = frozenset({"key", "api_key", "api-key"})
 PARTS = ("client_request", "upstream_request", "upstream_response", "client_response")
+TIMES = "#times"  # the part beside a stream's body holding when each piece came
 _STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_-]*)|\[(\*|\d+)\]")
 
 
@@ -49,8 +51,12 @@ class LoggedRequest:
     meta: dict[str, Any]
     parts: dict[str, bytes]
 
+    _meta_json: bytes | None = field(default=None, repr=False, compare=False)
+
     def meta_json(self) -> bytes:
-        return json.dumps(self.meta, separators=(",", ":")).encode()
+        if self._meta_json is None:
+            self._meta_json = json.dumps(self.meta, separators=(",", ":")).encode()
+        return self._meta_json
 
     @property
     def size(self) -> int:
@@ -167,7 +173,11 @@ def logged_request(capture: RequestCapture, redactor: Redactor) -> LoggedRequest
         described: dict[str, Any] = {"part": name, "size": copy.size, "stored": len(data),
                                      "truncated": copy.size > copy.cap, "content_type": content_type}
         if copy.times is not None:
-            described["chunks"] = [[round(at * 1000, 3), min(end, len(data))] for at, end in copy.times]
+            # The pieces' times and ends, packed (8-byte floats, time then end): made into JSON only
+            # when someone reads the request — a stream has one a chunk, and JSON for each costs more
+            # than the rest of the entry.
+            described["chunks"] = name + TIMES
+            parts[name + TIMES] = array("d", copy.times).tobytes()
         return described
 
     request_body = capture.request_body
@@ -220,7 +230,7 @@ def detail_json(entry: LoggedRequest, with_bodies: bool) -> dict[str, Any]:
             described.update(encoding="utf-8", data=data.decode("utf-8"))
         except UnicodeDecodeError:
             described.update(encoding="base64", data=base64.b64encode(data).decode())
-        described.setdefault("chunks", None)
+        described["chunks"] = chunks(entry.parts.get(described.get("chunks") or ""), len(data))
         return described
 
     doc["client_request"]["body"] = fill(doc["client_request"]["body"])
@@ -228,6 +238,15 @@ def detail_json(entry: LoggedRequest, with_bodies: bool) -> dict[str, Any]:
     for attempt in doc["attempts"]:
         attempt["request"], attempt["response"] = fill(attempt["request"]), fill(attempt["response"])
     return doc
+
+
+def chunks(packed: bytes | None, length: int) -> list[list[float | int]] | None:
+    """A stream part's pieces as [milliseconds since arrival, where the piece ends in the kept bytes]."""
+    if not packed:
+        return None
+    values = array("d")
+    values.frombytes(packed)
+    return [[round(values[i] * 1000, 3), min(int(values[i + 1]), length)] for i in range(0, len(values), 2)]
 
 
 def raw_part(entry: LoggedRequest, part: str, attempt: int | None) -> tuple[bytes, str] | None:

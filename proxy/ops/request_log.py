@@ -55,10 +55,13 @@ class RequestLogWriter:
         self._idle = Event()
         self._idle.set()
         self._greenlet: gevent.Greenlet | None = None
+        # Told of every drop, with its reason (size_bound, queue, store): the Prometheus counter.
+        self.on_drop: Callable[[str, int], None] = lambda reason, count: None
 
     def put(self, capture: RequestCapture) -> None:
         if len(self.pending) >= QUEUE_CAP:
             self.dropped_queue += 1
+            self.on_drop("queue", 1)
             return
         self.pending.append(capture)
         self._idle.clear()
@@ -85,6 +88,7 @@ class RequestLogWriter:
                 else self._build_and_add(batch)
         except Exception as exc:
             self.failed += len(batch)
+            self.on_drop("store", len(batch))
             if not self._failing:
                 self._failing = True
                 log.warning("request log: the store failed to keep %d request(s) (%s: %s); requests go on, and "
@@ -95,6 +99,8 @@ class RequestLogWriter:
             self._failing = False
             log.info("request log: the store writes again")
         self.dropped_bound += dropped
+        if dropped:
+            self.on_drop("size_bound", dropped)
         self.written += len(batch)
 
     def _build_and_add(self, batch: list[RequestCapture]) -> int:

@@ -1,10 +1,11 @@
 """Where the request log keeps its entries: the `RequestLogStore` interface, in memory and in a
 SQLite file of its own beside the state file.
 
-Owns the bounds. Every `add` first drops what is older than `retention_hours`, then, while the
-entries kept take more than `max_total_mb`, the oldest — counted in `dropped`, which the admin API
-and `/metrics` show. The log is apart from usage: its own file (`<state_path>` with `.requests.db`
-for `.db`), its own connection and lock, so a burst of large bodies never slows the usage commits
+Owns the bounds. An `add` drops what is older than `retention_hours` (in the file, at most once a
+minute per writer), then, while the entries kept take more than `max_total_mb`, the oldest — counted
+in `dropped`, which the admin API and `/metrics` show. The log is apart from usage: its own file
+(`<state_path>` with `.requests.db` for `.db`, one row a request, its parts packed in one blob), its
+own connection and lock, so a burst of large bodies never slows the usage commits
 a request's answer waits for. The file's schema is this module's alone (`user_version` 1): nothing
 else opens it. `state_path: null` keeps the log in the worker's memory, the same bounds.
 Redis' store is proxy/ops/redis_request_log.py.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import struct
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -26,13 +28,34 @@ from proxy.ops.request_entry import LoggedRequest
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS request_log (
   request_id TEXT PRIMARY KEY, time REAL NOT NULL, client_key TEXT NOT NULL, model TEXT NOT NULL,
-  status INTEGER NOT NULL, size INTEGER NOT NULL, meta BLOB NOT NULL);
+  status INTEGER NOT NULL, size INTEGER NOT NULL, meta BLOB NOT NULL, parts BLOB NOT NULL);
 CREATE INDEX IF NOT EXISTS request_log_time ON request_log (time);
-CREATE TABLE IF NOT EXISTS request_log_parts (
-  request_id TEXT NOT NULL, part TEXT NOT NULL, data BLOB NOT NULL, PRIMARY KEY (request_id, part));
 CREATE TABLE IF NOT EXISTS request_log_totals (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 INSERT OR IGNORE INTO request_log_totals VALUES ('size', 0), ('dropped', 0);
 """
+PURGE_EVERY = 60.0  # seconds between two looks for entries past retention, per writer
+
+
+def pack(parts: dict[str, bytes]) -> bytes:
+    """A request's parts as one blob (one row a request: a write is one INSERT): for each part its
+    name's length and its data's length (4 bytes each, big-endian), the name, the data."""
+    out = bytearray()
+    for name, data in parts.items():
+        encoded = name.encode()
+        out += struct.pack(">II", len(encoded), len(data)) + encoded + data
+    return bytes(out)
+
+
+def unpack(blob: bytes) -> dict[str, bytes]:
+    parts, at = {}, 0
+    while at < len(blob):
+        name_len, data_len = struct.unpack_from(">II", blob, at)
+        at += 8
+        name = blob[at:at + name_len].decode()
+        at += name_len
+        parts[name] = blob[at:at + data_len]
+        at += data_len
+    return parts
 
 
 class RequestLogStore(Protocol):
@@ -114,6 +137,7 @@ class SQLiteRequestLog:
     def __init__(self, path: str, retention_s: float, max_bytes: int) -> None:
         self.path, self.retention_s, self.max_bytes = path, retention_s, max_bytes
         self._local = threading.local()  # one connection per thread: the writer's and the readers'
+        self._next_purge = 0.0
         with self._connection() as db:
             db.executescript(SCHEMA)
             db.execute("PRAGMA user_version = 1")
@@ -133,53 +157,48 @@ class SQLiteRequestLog:
         try:
             added = 0
             for entry in entries:
-                size = entry.size
-                replaced = db.execute("SELECT size FROM request_log WHERE request_id = ?",
+                # A client may send the same x-request-id twice: the later request replaces the earlier.
+                replaced = db.execute("DELETE FROM request_log WHERE request_id = ? RETURNING size",
                                       (entry.request_id,)).fetchone()
-                db.execute("INSERT OR REPLACE INTO request_log VALUES (?, ?, ?, ?, ?, ?, ?)",
+                size = entry.size
+                db.execute("INSERT INTO request_log VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                            (entry.request_id, entry.time, entry.client_key, entry.model, entry.status, size,
-                            entry.meta_json()))
-                db.execute("DELETE FROM request_log_parts WHERE request_id = ?", (entry.request_id,))
-                db.executemany("INSERT INTO request_log_parts VALUES (?, ?, ?)",
-                               [(entry.request_id, name, data) for name, data in entry.parts.items()])
-                added += size - (replaced[0] if replaced else 0)
-            expired = db.execute("SELECT request_id, size FROM request_log WHERE time < ?",
-                                 (now - self.retention_s,)).fetchall()
-            removed = sum(size for _, size in expired)
-            self._delete(db, [rid for rid, _ in expired])
+                            entry.meta_json(), pack(entry.parts)))
+                added += size - (replaced[0] if replaced is not None else 0)
+            if now >= self._next_purge:
+                self._next_purge = now + PURGE_EVERY
+                added -= self._delete(db, "time < ?", (now - self.retention_s,))
             total = db.execute("UPDATE request_log_totals SET value = value + ? WHERE name = 'size' RETURNING value",
-                               (added - removed,)).fetchone()[0]
-            dropped_ids: list[str] = []
+                               (added,)).fetchone()[0]
+            dropped = 0
             if total > self.max_bytes:
-                for rid, size in db.execute("SELECT request_id, size FROM request_log ORDER BY time"):
-                    if total <= self.max_bytes:
+                # The oldest first, up to the first whose removal brings the total under the bound.
+                cut, over = None, total - self.max_bytes
+                for time_, size in db.execute("SELECT time, size FROM request_log ORDER BY time"):
+                    over -= size
+                    dropped += 1
+                    if over <= 0:
+                        cut = time_
                         break
-                    dropped_ids.append(rid)
-                    total -= size
-                self._delete(db, dropped_ids)
-                db.execute("UPDATE request_log_totals SET value = ? WHERE name = 'size'", (total,))
-                db.execute("UPDATE request_log_totals SET value = value + ? WHERE name = 'dropped'",
-                           (len(dropped_ids),))
+                if cut is not None:
+                    removed = self._delete(db, "time <= ?", (cut,))
+                    db.execute("UPDATE request_log_totals SET value = value - ? WHERE name = 'size'", (removed,))
+                    db.execute("UPDATE request_log_totals SET value = value + ? WHERE name = 'dropped'", (dropped,))
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
             raise
-        return len(dropped_ids)
+        return dropped
 
     @staticmethod
-    def _delete(db: sqlite3.Connection, request_ids: list[str]) -> None:
-        for rid in request_ids:
-            db.execute("DELETE FROM request_log WHERE request_id = ?", (rid,))
-            db.execute("DELETE FROM request_log_parts WHERE request_id = ?", (rid,))
+    def _delete(db: sqlite3.Connection, where: str, args: tuple[float]) -> int:
+        """Delete the entries `where` says; the bytes they held."""
+        return sum(size for (size,) in db.execute(f"DELETE FROM request_log WHERE {where} RETURNING size", args))
 
     def get(self, request_id: str) -> LoggedRequest | None:
-        db = self._connection()
-        row = db.execute("SELECT request_id, time, client_key, model, status, meta FROM request_log "
-                         "WHERE request_id = ?", (request_id,)).fetchone()
-        if row is None:
-            return None
-        parts = dict(db.execute("SELECT part, data FROM request_log_parts WHERE request_id = ?", (request_id,)))
-        return _entry(row, parts)
+        row = self._connection().execute("SELECT request_id, time, client_key, model, status, meta, parts "
+                                          "FROM request_log WHERE request_id = ?", (request_id,)).fetchone()
+        return None if row is None else _entry(row)
 
     def having(self, request_ids: Sequence[str]) -> set[str]:
         db = self._connection()
@@ -192,12 +211,11 @@ class SQLiteRequestLog:
         return found
 
     def between(self, since: float, until: float) -> Iterator[LoggedRequest]:
-        db = self._connection()
-        rows = db.execute("SELECT request_id, time, client_key, model, status, meta FROM request_log "
-                          "WHERE time >= ? AND time < ? ORDER BY time", (since, until)).fetchall()
+        rows = self._connection().execute("SELECT request_id, time, client_key, model, status, meta, parts "
+                                          "FROM request_log WHERE time >= ? AND time < ? ORDER BY time",
+                                          (since, until))
         for row in rows:
-            parts = dict(db.execute("SELECT part, data FROM request_log_parts WHERE request_id = ?", (row[0],)))
-            yield _entry(row, parts)
+            yield _entry(row)
 
     def totals(self) -> dict[str, int]:
         db = self._connection()
@@ -206,6 +224,6 @@ class SQLiteRequestLog:
         return {"entries": count, "bytes": values.get("size", 0), "dropped": values.get("dropped", 0)}
 
 
-def _entry(row: tuple[str, float, str, str, int, bytes], parts: dict[str, bytes]) -> LoggedRequest:
-    request_id, time, client_key, model, status, meta = row
-    return LoggedRequest(request_id, time, client_key, model, status, json.loads(meta), dict(parts))
+def _entry(row: tuple[str, float, str, str, int, bytes, bytes]) -> LoggedRequest:
+    request_id, time, client_key, model, status, meta, parts = row
+    return LoggedRequest(request_id, time, client_key, model, status, json.loads(meta), unpack(parts))

@@ -126,6 +126,8 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
     if metrics is not None:
         hooks.add(metrics)
         budgets.alerts.on_alert = metrics.budget_alert
+        if request_writer is not None:
+            request_writer.on_drop = metrics.request_log_drop
     affinity = stores.affinity  # which account served each conversation last
     # states, counters and runtime accounts from before a restart
     parts = config_parts(config, keeper, client, hooks, affinity=affinity)

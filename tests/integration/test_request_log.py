@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 from anthropic import Anthropic
 from openai import OpenAI
@@ -233,6 +234,9 @@ def test_the_size_bound_holds_under_a_burst_dropping_the_oldest(
         assert kept == rids[len(rids) - len(kept):]  # the newest are kept: the oldest went first
         totals = answer["request_log"]
         assert totals["bytes"] <= 0.05 * 2**20 and totals["dropped"] == len(rids) - len(kept)
+        _, scraped, _ = admin_get(server, "/metrics")
+        assert f'llm_proxy_request_log_dropped_total{{reason="size_bound"}} {float(totals["dropped"])}'.encode() \
+            in scraped
     finally:
         stop_proxy(server)
 
@@ -256,3 +260,24 @@ def test_two_hosts_on_one_redis_see_one_log(demo_upstream: DemoUpstream, redis_u
     finally:
         for server in servers:
             stop_proxy(server)
+
+
+def test_outside_the_sample_only_failures_are_kept(demo_upstream: DemoUpstream, tmp_path: Path) -> None:
+    config = base_config(demo_upstream.url, admin_keys=ADMINS,
+                         request_log={"enabled": True, "sample": 0.0, "errors": "always"})
+    server = start_proxy(config, tmp_path)
+    try:
+        client = OpenAI(base_url=f"{server.url}/v1", api_key=CLIENT_KEY, max_retries=0)
+        ok, failed = f"req_log_{uuid.uuid4().hex[:12]}", f"req_log_{uuid.uuid4().hex[:12]}"
+        client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "fine"}],
+                                       extra_headers={"x-request-id": ok})
+        with pytest.raises(openai.BadRequestError, match="messages"):
+            client.chat.completions.create(model="gpt-4o", messages="lost",  # type: ignore[arg-type]
+                                           extra_headers={"x-request-id": failed})
+        assert detail(server, ok)["has_body"] is False
+        entry = detail(server, failed)
+        assert entry["has_body"] is True and entry["logged_because"] == "error" and entry["status"] == 400
+        assert entry["attempts"] == [] and b"messages" in part(server, failed, "client_response")
+        assert json.loads(part(server, failed, "client_request"))["messages"] == "lost"
+    finally:
+        stop_proxy(server)
