@@ -40,7 +40,7 @@ from proxy.blueprints.http import client_entry, client_key_name
 from proxy.blueprints.socket_server import BadUpgrade, ConnectionClosed, SocketServer
 from proxy.blueprints.state import AppState, app_state
 from proxy.errors import ProxyError
-from proxy.ops.records import OK, RequestRecord
+from proxy.ops.records import OK, Arrival, RequestRecord
 from proxy.protocols import registry
 from proxy.protocols.codec import Protocol
 from proxy.protocols.exchange import Exchange
@@ -105,6 +105,9 @@ class ResponsesSocket:
         self._key = presented_key(request.headers.get("x-api-key"), request.headers.get("authorization"))
         client = self.protocol.client
         self.forwarded = {name: value for name in client.forwarded_headers if (value := request.headers.get(name))}
+        self.path = request.path
+        self.headers = {k.lower(): v for k, v in request.headers.items()}  # the upgrade's, for the request log
+        self._turn_texts: list[bytes] | None = None  # what a turn the request log keeps sent, when not a stream
         self.turns = 0
         self.received: Counter[str] = Counter()  # client frames, by type, for the closing log line
         self.sent = 0  # frames sent
@@ -164,6 +167,20 @@ class ResponsesSocket:
         state = self.state  # read once: the response runs on the config in force when it arrived
         record = RequestRecord(rid, self.key_name, self.protocol.name, model="", stream=True,
                                client_address=self.client_address)
+        if state.hooks.watch_arrivals:  # the request log, tracing: each turn is a request of its own
+            raw = data.encode() if isinstance(data, str) else data
+            state.hooks.request_arrived(record, Arrival("WEBSOCKET", self.path, "", self.headers, lambda: raw,
+                                                        self._key))
+        try:
+            self._answer_turn(state, data, record, rid)
+        finally:
+            if record.capture is not None:  # what the turn sent: a stream's frames came through its tap
+                sent = b"\n".join(self._turn_texts) if self._turn_texts else None
+                record.capture.client_answer(record.status or 200, {}, sent)
+            self._turn_texts = None
+
+    def _answer_turn(self, state: AppState, data: str | bytes, record: RequestRecord, rid: str) -> None:
+        self._turn_texts = [] if record.capture is not None else None
         try:
             frame = self._read(data)
             if frame["type"] == self.frames.PROCESSED:
@@ -243,6 +260,7 @@ class ResponsesSocket:
                 self._send_text(event)
             return
         body = result.body
+        self._turn_texts = None  # a stream's frames reach the request log through its tap
         self._stream = body if isinstance(body, StreamingBody) else None
         try:
             for sse in body:
@@ -275,6 +293,8 @@ class ResponsesSocket:
         assert self.ws is not None
         self.ws.send(text)
         self.sent += 1
+        if self._turn_texts is not None:
+            self._turn_texts.append(text.encode())
 
     def _closed(self) -> None:
         """Run by the connection's reader greenlet when the connection ends: whatever this socket

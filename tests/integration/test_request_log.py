@@ -281,3 +281,25 @@ def test_outside_the_sample_only_failures_are_kept(demo_upstream: DemoUpstream, 
         assert json.loads(part(server, failed, "client_request"))["messages"] == "lost"
     finally:
         stop_proxy(server)
+
+
+def test_a_websocket_turn_is_kept_like_an_http_request(logged: ProxyServer, demo_upstream: DemoUpstream) -> None:
+    from websockets.sync.client import connect
+
+    socket_id = f"req_ws_{uuid.uuid4().hex[:10]}"
+    url = logged.url.replace("http://", "ws://") + "/v1/responses"
+    with connect(url, additional_headers={"Authorization": f"Bearer {CLIENT_KEY}", "X-Request-Id": socket_id},
+                 open_timeout=10) as ws:
+        ws.send(json.dumps({"type": "response.create", "model": "gpt-4o", "input": "over the socket"}))
+        received = []
+        while not received or json.loads(received[-1])["type"] not in ("response.completed", "response.failed"):
+            received.append(ws.recv(timeout=20))
+    entry = detail(logged, f"{socket_id}-1")  # each turn is a request: the socket's id and the turn's number
+    assert entry["has_body"] is True and entry["client_request"]["method"] == "WEBSOCKET"
+    assert json.loads(entry["client_request"]["body"]["data"])["input"] == "over the socket"
+    sent = part(logged, f"{socket_id}-1", "client_response").decode()
+    kept = entry["client_response"]["body"]
+    assert kept["size"] >= sum(len(t) for t in received)  # every event the client got passed through the tap
+    for text in received[:3]:  # the first of them, in the frames the proxy relayed (the rest past 4096 bytes)
+        assert json.dumps(json.loads(text)["type"]) in sent
+    assert entry["attempts"][0]["url"].endswith("/v1/chat/completions")
