@@ -11,7 +11,8 @@ from proxy.config.spec_parts import key as _k
 
 REQUEST_LOG = Section((
     _k("enabled", BOOLEAN, "Keep the chosen requests with their four bodies (the client's request, each attempt's "
-                           "request and answer, what the client got) for `GET /admin/requests/{id}`.", "false",
+                           "request and answer, what the client got) for `GET /admin/requests/{id}`. Cannot "
+                           "change on a reload.", "false",
        applies=("request_log.enabled", False)),
     _k("keys", {"type": "array", "items": {"type": "string"}},
        "Client key names (globs) whose requests are chosen.", '`["*"]`', applies=("request_log.keys", ("*",))),
@@ -22,10 +23,11 @@ REQUEST_LOG = Section((
        applies=("request_log.errors", "always")),
     _k("max_body_bytes", SIZE, "Each body is kept up to this many bytes; its full size is noted.", "256KiB",
        applies=("request_log.max_body_bytes", 262144)),
-    _k("retention_hours", number(0.001), "Hours a request is kept.", "72",
+    _k("retention_hours", number(0.001), "Hours a request is kept. Cannot change on a reload.", "72",
        applies=("request_log.retention_hours", 72.0)),
     _k("max_total_mb", number(0.001), "The log's size bound in MiB: beyond it the oldest requests are dropped "
-                                      "(and counted).", "256", applies=("request_log.max_total_mb", 256.0)),
+                                      "(and counted). Cannot change on a reload.", "256",
+       applies=("request_log.max_total_mb", 256.0)),
     _k("redact", {"type": "array", "items": {"type": "string"}},
        "Replaced by `[redacted]` in every stored body: JSON paths (`$.messages[*].content`) or regular "
        "expressions. Keys and `Authorization`-type headers are never stored whatever this says.", "`[]`",

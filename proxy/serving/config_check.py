@@ -7,7 +7,8 @@ that file, and switching it under them would split the pool's state) or another 
 (the Redis every worker's stores are connected to), other `protocol_plugins` (a protocol's endpoint
 is set up when the app is built), and another `metrics.enabled`, `usage.enabled` or
 `logging.format` (the metrics directory and gunicorn's logger class are set up when gunicorn
-starts), and another `keys.pepper` (every runtime key's digest was made with it). Every refusal
+starts), another `request_log.enabled`, `retention_hours` or `max_total_mb` (its store is opened
+with them), and another `keys.pepper` (every runtime key's digest was made with it). Every refusal
 is a `ConfigError` naming the key, like any other config error, so the caller prints or logs one
 line.
 
@@ -37,6 +38,11 @@ FIXED_AT_START: tuple[tuple[str, Callable[[Config], Any], str], ...] = (
     ("metrics.enabled", lambda c: c.metrics.enabled, "the workers' metrics are set up when the proxy starts"),
     ("usage.enabled", lambda c: c.usage.enabled, "accounting is set up when a worker starts"),
     ("logging.format", lambda c: c.logging.format, "gunicorn's logger is chosen when the proxy starts"),
+    ("request_log.enabled", lambda c: c.request_log.enabled, "the request log's store is opened when a worker starts"),
+    ("request_log.retention_hours", lambda c: c.request_log.retention_hours,
+     "the request log's store holds its bounds from when a worker starts"),
+    ("request_log.max_total_mb", lambda c: c.request_log.max_total_mb,
+     "the request log's store holds its bounds from when a worker starts"),
     ("compaction.key", lambda c: c.compaction.key,
      "every worker must seal and open compaction items with the same key"),
     ("keys.pepper", lambda c: c.keys.pepper,
