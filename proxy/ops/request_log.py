@@ -7,7 +7,8 @@ the sample is still watched when `errors: always`, and kept only if it fails. A 
 a `RequestCapture` (proxy.ops.request_capture) on its record, which the attempt, the streaming
 engine and the edge feed; when the request is over the capture comes to the writer.
 The writer is off the request path: a capture is queued (a list append; beyond `QUEUE_CAP` waiting
-it is dropped and counted), and one writer greenlet per worker makes the entries (copies
+it is dropped and counted), and one writer greenlet per worker — after gathering for up to
+`GATHER` seconds, so requests finishing together share a transaction — makes the entries (copies
 joined, truncated, scrubbed and redacted: proxy.ops.request_entry) and adds them to the store in
 batches — on a real thread for the SQLite file, on its greenlet for Redis. A stream's client has
 its last frame before any of that runs. A store that fails loses that batch (counted, logged once
@@ -39,6 +40,10 @@ log = logging.getLogger("proxy.request_log")
 
 QUEUE_CAP = 1000  # captures waiting for the writer; more are dropped (and counted) rather than held in memory
 BATCH = 64  # entries written in one transaction / one script
+# How long the writer gathers captures before it writes, unless a batch is full or a reader waits:
+# a transaction costs about as much as the entries in it (bench/request_log_overhead.py), so ten
+# requests finishing within it share one.
+GATHER = 0.5
 
 
 class RequestLogWriter:
@@ -52,6 +57,7 @@ class RequestLogWriter:
         self.written = 0
         self._failing = False
         self._wake = Event()
+        self._hurry = Event()  # set: write now (a batch is full, or someone reads the log)
         self._idle = Event()
         self._idle.set()
         self._greenlet: gevent.Greenlet | None = None
@@ -68,15 +74,20 @@ class RequestLogWriter:
         if self._greenlet is None or self._greenlet.dead:
             self._greenlet = gevent.spawn(self._run)
         self._wake.set()
+        if len(self.pending) >= BATCH:
+            self._hurry.set()
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Until everything queued so far is written (the admin API reads after it; tests too)."""
+        self._hurry.set()
         return self._idle.wait(timeout)
 
     def _run(self) -> None:
         while True:
             self._wake.wait()
             self._wake.clear()
+            self._hurry.wait(GATHER)
+            self._hurry.clear()
             while self.pending:
                 batch, self.pending = self.pending[:BATCH], self.pending[BATCH:]
                 self._write(batch)

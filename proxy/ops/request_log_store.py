@@ -4,7 +4,9 @@ SQLite file of its own beside the state file.
 Owns the bounds. An `add` drops what is older than `retention_hours` (in the file, at most once a
 minute per writer), then, while the entries kept take more than `max_total_mb`, the oldest — counted
 in `dropped`, which the admin API and `/metrics` show. The log is apart from usage: its own file
-(`<state_path>` with `.requests.db` for `.db`, one row a request, its parts packed in one blob), its
+(`<state_path>` with `.requests.db` for `.db`; one row a request, its parts packed in one blob —
+not compressed: zlib's fastest level cost more CPU than the rest of a request's entry,
+bench/request_log_overhead.py), its
 own connection and lock, so a burst of large bodies never slows the usage commits
 a request's answer waits for. The file's schema is this module's alone (`user_version` 1): nothing
 else opens it. `state_path: null` keeps the log in the worker's memory, the same bounds.
@@ -160,10 +162,11 @@ class SQLiteRequestLog:
                 # A client may send the same x-request-id twice: the later request replaces the earlier.
                 replaced = db.execute("DELETE FROM request_log WHERE request_id = ? RETURNING size",
                                       (entry.request_id,)).fetchone()
-                size = entry.size
+                meta, parts = entry.meta_json(), pack(entry.parts)
+                size = len(meta) + len(parts)  # what it takes on disk: the bound counts that
                 db.execute("INSERT INTO request_log VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                            (entry.request_id, entry.time, entry.client_key, entry.model, entry.status, size,
-                            entry.meta_json(), pack(entry.parts)))
+                            meta, parts))
                 added += size - (replaced[0] if replaced is not None else 0)
             if now >= self._next_purge:
                 self._next_purge = now + PURGE_EVERY
