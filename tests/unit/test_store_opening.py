@@ -86,7 +86,8 @@ def test_a_kind_that_steps_down_gets_every_reach_it_has() -> None:
 
 
 def test_the_kinds_of_store_are_one_table() -> None:
-    assert set(KINDS) == {"pool", "usage", "conversations", "limits", "affinity", "slots", "budgets", "keys"}
+    assert set(KINDS) == {"pool", "usage", "conversations", "limits", "affinity", "slots", "budgets", "keys",
+                          "requests"}
     assert {name for name, kind in KINDS.items() if kind.steps_down} == {"limits", "affinity"}
 
 
@@ -103,3 +104,15 @@ def test_runtime_keys_live_in_redis_with_backend_redis_even_beside_a_state_file(
     finally:
         state_file.close()
     assert type(opened) is RedisKeyStore and opened.client is client and opened.state == config.state
+
+
+def test_the_request_log_opens_beside_the_state_file_only_when_it_is_on(tmp_path: Path) -> None:
+    from proxy.ops.request_log_store import SQLiteRequestLog
+
+    off = parse(base_config("http://upstream.invalid/v1", state_path=str(tmp_path / "state.db")))
+    on = parse(base_config("http://upstream.invalid/v1", state_path=str(tmp_path / "state.db"),
+                           request_log={"enabled": True}))
+    assert _open(KINDS["requests"], Opening(off, object(), None, StoreHealth("sqlite"), "h:1")) is None  # type: ignore[arg-type]
+    assert not (tmp_path / "state.requests.db").exists()
+    store = _open(KINDS["requests"], Opening(on, object(), None, StoreHealth("sqlite"), "h:1"))  # type: ignore[arg-type]
+    assert isinstance(store, SQLiteRequestLog) and (tmp_path / "state.requests.db").exists()
