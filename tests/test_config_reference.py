@@ -101,6 +101,7 @@ SECTIONS: dict[str, Callable[[Doc], Doc]] = {
     "keys": lambda d: d.setdefault("keys", {}),
     "audit": lambda d: d.setdefault("audit", {}),
     "request_log": lambda d: d.setdefault("request_log", {}),
+    "tracing": lambda d: d.setdefault("tracing", {}),
 }
 
 

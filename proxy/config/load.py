@@ -42,6 +42,7 @@ from proxy.config.pool import parse_pool
 from proxy.config.request_log import parse_request_log
 from proxy.config.server import parse_server
 from proxy.config.state import parse_state
+from proxy.config.tracing import parse_tracing
 from proxy.config.usage import parse_usage
 from proxy.config.values import (
     ConfigError,
@@ -104,7 +105,7 @@ def parse(raw: Any, environ: Mapping[str, str] | None = None, source: str = "<me
             "compaction",
             "proxies", "protocol_plugins", "metrics", "logging", "usage", "state", "server",
             "pricing", "key_groups", "budget_input_margin", "budget_default_max_output_tokens", "alerts",
-            "keys", "audit", "request_log",
+            "keys", "audit", "request_log", "tracing",
         },
     )
     client_keys = parse_client_keys(top.get("client_keys"), "client_keys")
@@ -139,6 +140,7 @@ def parse(raw: Any, environ: Mapping[str, str] | None = None, source: str = "<me
         log_level=log_level,
         usage=parse_usage(top.get("usage"), "usage"),
         request_log=parse_request_log(top.get("request_log", {})),
+        tracing=parse_tracing(top.get("tracing", {})),
         state=parse_state(top.get("state"), "state"),
         state_path=None if top.get("state_path", "llm-proxy-state.db") in (None, "", ":memory:")
         else str_(top.get("state_path", "llm-proxy-state.db"), "state_path"),

@@ -16,6 +16,7 @@ from proxy.config.pool import PoolConfig
 from proxy.config.request_log import RequestLogConfig
 from proxy.config.server import ServerConfig
 from proxy.config.state import StateConfig
+from proxy.config.tracing import TracingConfig
 from proxy.config.usage import UsageConfig
 
 DEFAULT_FIRST_BYTE = 30.0  # a streaming attempt's wait for response headers, unless `read` is shorter
@@ -142,6 +143,7 @@ class Config:
     log_level: str = "info"
     usage: UsageConfig = field(default_factory=UsageConfig)
     request_log: RequestLogConfig = field(default_factory=RequestLogConfig)
+    tracing: TracingConfig = field(default_factory=TracingConfig)
     state: StateConfig = field(default_factory=StateConfig)  # shared state: sqlite (state_path) or redis
     source: str = "<memory>"
     # Keys this config sets that are still accepted but do nothing, each as one line naming the key

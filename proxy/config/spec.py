@@ -14,7 +14,7 @@ from proxy.config.limits import LIMIT_NAMES
 from proxy.config.model import MAX_TOKENS_FIELDS, PROMPT_CACHE_MODES, REASONING_CONTROLS, TOOL_SCHEMAS
 from proxy.config.money_spec import BUDGET, MONEY_TOP_LEVEL, PRICING, PROVIDER
 from proxy.config.observability import LOG_FORMATS
-from proxy.config.observability_spec import REQUEST_LOG
+from proxy.config.observability_spec import REQUEST_LOG, TRACING
 from proxy.config.pool import ACTIONS, POLICIES
 from proxy.config.presets import PRESETS
 from proxy.config.spec_parts import (
@@ -360,6 +360,7 @@ SPEC = Section((
     )), "Usage accounting."),
     _k("request_log", REQUEST_LOG, "The request log: requests kept with their bodies, bounded, in a SQLite file "
        "beside `state_path` (or in Redis with `state.backend: redis`)."),
+    _k("tracing", TRACING, "OpenTelemetry traces of every request, in the GenAI semantic conventions."),
     _k("keys", Section((
         _k("prefix", {"anyOf": [{"type": "string", "pattern": r"^[A-Za-z0-9._-]{1,16}$"}, ENV]},
            "What the secret of a key made at runtime starts with (1 to 16 letters, digits or `. _ -`): "

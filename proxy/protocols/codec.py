@@ -161,5 +161,8 @@ class Protocol:
     upstream: UpstreamSide
     passthrough: Passthrough
     aliases: tuple[str, ...] = ()  # older `protocol:` values that still mean this one (deprecated)
+    # Who serves this API, as OpenTelemetry's GenAI conventions name it (`gen_ai.provider.name`:
+    # openai, anthropic, gcp.gemini); "" for a protocol no convention names.
+    provider: str = ""
     # Endpoints beside the client's main one, which the edge serves for this protocol.
     endpoints: tuple[Endpoint, ...] = ()

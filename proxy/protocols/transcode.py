@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Protocol
 
-from proxy.ir.events import Event, Failure, Finish, Start, UsageUpdate
+from proxy.ir.events import Delta, Event, Failure, Finish, Start, UsageUpdate
 from proxy.ir.response import ErrorInfo, Usage
 from proxy.protocols.sse import SSEEvent, event_frame, named_after_type
 
@@ -102,6 +102,24 @@ def add_usage(total: Usage | None, ev: Event) -> Usage | None:
     return total
 
 
+class AnswerFacts:
+    """What a streamed answer said of itself — its id, the model that produced it, why it finished —
+    noted from the IR's `Start` and `Finish` as they pass, for traces when the stream ends."""
+
+    __slots__ = ("finish_reason", "response_id", "response_model")
+
+    def __init__(self) -> None:
+        self.response_id: str | None = None
+        self.response_model: str | None = None
+        self.finish_reason: str | None = None
+
+    def note(self, ev: Event) -> None:
+        if isinstance(ev, Start):
+            self.response_id, self.response_model = ev.id or None, ev.model or None
+        elif isinstance(ev, Finish):
+            self.finish_reason = ev.reason
+
+
 class WatchedPassthrough:
     """Same protocol both sides, for protocols whose events are named (Messages, Responses): each
     upstream event goes to the client as it came, while that protocol's own stream decoder watches
@@ -115,13 +133,17 @@ class WatchedPassthrough:
         self.watch = decoder
         self.final: dict[str, Any] | None = None
         self.dropped: Mapping[str, int] = NOTHING_DROPPED  # a subclass that drops replaces it
+        self.answer = AnswerFacts()
 
     def feed(self, sse: SSEEvent) -> list[bytes]:
         if self.done:
             return []
         sse = named_after_type(sse)
         for ev in self.watch.feed(sse):
+            if ev.__class__ is Delta:  # most events: nothing to note
+                continue
             self.usage = add_usage(self.usage, ev)
+            self.answer.note(ev)
             if isinstance(ev, Failure):
                 self.failed = ev.error
                 return self.upstream_failed(sse, ev.error)
@@ -158,6 +180,7 @@ class Translation:
         self.encoder = encoder
         self.usage: Usage | None = None
         self.failed: ErrorInfo | None = None
+        self.answer = AnswerFacts()
 
     @property
     def done(self) -> bool:
@@ -194,8 +217,10 @@ class Translation:
         frames: list[bytes] = []
         encode = self.encoder.encode
         for ev in events:
-            self.usage = add_usage(self.usage, ev)
-            if isinstance(ev, Failure) and self.failed is None:
-                self.failed = ev.error
+            if ev.__class__ is not Delta:  # a delta, most events, carries no usage and no fact
+                self.usage = add_usage(self.usage, ev)
+                self.answer.note(ev)
+                if isinstance(ev, Failure) and self.failed is None:
+                    self.failed = ev.error
             frames.extend(encode(ev))
         return frames

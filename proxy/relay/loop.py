@@ -23,6 +23,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from proxy.config import Config
 from proxy.errors import ProxyError
@@ -55,10 +56,14 @@ class _CloseRecord:
     def __init__(self, record: RequestRecord, hooks: Hooks) -> None:
         self.record, self.hooks = record, hooks
 
-    def __call__(self, usage: Usage | None, failure: str | None) -> None:
-        if self.record.finish(200, failure or OK, usage):
-            self.hooks.stream_closed(self.record)
-            self.hooks.request_done(self.record)
+    def __call__(self, usage: Usage | None, failure: str | None, answer: Any = None) -> None:
+        record = self.record
+        if answer is not None and not record.done:  # for traces: what the streamed answer said of itself
+            record.response_id, record.response_model = answer.response_id, answer.response_model
+            record.finish_reason = answer.finish_reason
+        if record.finish(200, failure or OK, usage):
+            self.hooks.stream_closed(record)
+            self.hooks.request_done(record)
 
 
 @dataclass

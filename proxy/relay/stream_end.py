@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from proxy.ir.response import Usage
 from proxy.pool.pool import Lease
@@ -29,8 +30,9 @@ from proxy.streaming import StreamOutcome
 
 log = logging.getLogger("proxy.relay")  # the attempt's logger: the stream's end line is unchanged
 
-# Told when a stream an attempt handed to the engine closes: its usage, and how it failed (None: ok).
-StreamEnded = Callable[[Usage | None, str | None], None]
+# Told when a stream an attempt handed to the engine closes: its usage, how it failed (None: ok), and
+# what the answer said of itself (the relay's `answer`: its id, model, finish reason; None if it kept none).
+StreamEnded = Callable[[Usage | None, str | None, Any], None]
 
 
 class StreamEnd:
@@ -65,7 +67,7 @@ class StreamEnd:
                  self.ex.request_id, self.route.upstream.name, self.lease.account.id, outcome.frames, end,
                  (self.clock() - self.started) * 1000, dropped_note(self.relay.dropped))
         if self.ended is not None:
-            self.ended(outcome.usage, failure)
+            self.ended(outcome.usage, failure, getattr(self.relay, "answer", None))
 
 
 def dropped_note(dropped: Mapping[str, int]) -> str:

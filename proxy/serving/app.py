@@ -116,6 +116,10 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
         request_writer = RequestLogWriter(stores.requests, redactor_for(lambda: app_state(app).config.request_log,
                                                                      lambda: known_secrets(app_state(app))))
         hooks.add(RequestLog(lambda: app_state(app).config.request_log, request_writer))
+    if config.tracing.enabled:  # OpenTelemetry spans, made in this worker (the app is built after the fork)
+        from proxy.ops.tracing import Tracing  # imports the otel extra: only when it is on
+
+        hooks.add(Tracing(config.tracing, lambda name: registry.get(name).provider or name))
 
     def served(model: str) -> bool:
         """Whether the router serves `model` (what earns it a metric label of its own) — the router

@@ -1,16 +1,17 @@
 """Reading a config file the way the proxy will serve it, at start and at a reload.
 
 Owns two checks: `checked(path)` — the file loaded and validated, every upstream's protocol
-resolved against the registry (plugins imported) — and `for_reload(current, path)`, which also
-refuses what a running proxy cannot take from a new file: another `state_path` (its workers share
-that file, and switching it under them would split the pool's state) or another `state:` section
-(the Redis every worker's stores are connected to), other `protocol_plugins` (a protocol's endpoint
-is set up when the app is built), and another `metrics.enabled`, `usage.enabled` or
-`logging.format` (the metrics directory and gunicorn's logger class are set up when gunicorn
-starts), another `request_log.enabled`, `retention_hours` or `max_total_mb` (its store is opened
-with them), and another `keys.pepper` (every runtime key's digest was made with it). Every refusal
-is a `ConfigError` naming the key, like any other config error, so the caller prints or logs one
-line.
+resolved against the registry (plugins imported), the `redis` package or the `otel` extra present
+when the config needs them — and `for_reload(current, path)`, which also refuses what a running
+proxy cannot take from a new file: another `state_path` (its workers share that file, and switching
+it under them would split the pool's state) or another `state:` section (the Redis every worker's
+stores are connected to), other `protocol_plugins` (a protocol's endpoint is set up when the app is
+built), another `metrics.enabled`, `usage.enabled` or `logging.format` (the metrics directory and
+gunicorn's logger class are set up when gunicorn starts), another `request_log.enabled`,
+`retention_hours` or `max_total_mb` (its store is opened with them), another `tracing:` section
+(each worker's exporter is set up when it starts), and another `keys.pepper` (every runtime key's
+digest was made with it). Every refusal is a `ConfigError` naming the key, like any other config
+error, so the caller prints or logs one line.
 
 Settings that are not in the file at all — bind address, worker count, the `LLM_PROXY_*`
 environment — are gunicorn's, read once when it starts; a reload re-reads only the file.
@@ -28,6 +29,7 @@ from typing import Any
 
 from proxy.config import Config, ConfigError, load
 from proxy.config.load import load_text
+from proxy.config.tracing import MISSING_EXTRA as TRACING_EXTRA
 from proxy.protocols import registry
 from proxy.state.redis_connection import MISSING_PACKAGE
 
@@ -39,6 +41,7 @@ FIXED_AT_START: tuple[tuple[str, Callable[[Config], Any], str], ...] = (
     ("usage.enabled", lambda c: c.usage.enabled, "accounting is set up when a worker starts"),
     ("logging.format", lambda c: c.logging.format, "gunicorn's logger is chosen when the proxy starts"),
     ("request_log.enabled", lambda c: c.request_log.enabled, "the request log's store is opened when a worker starts"),
+    ("tracing", lambda c: c.tracing, "each worker sets up its tracer and exporter when it starts"),
     ("request_log.retention_hours", lambda c: c.request_log.retention_hours,
      "the request log's store holds its bounds from when a worker starts"),
     ("request_log.max_total_mb", lambda c: c.request_log.max_total_mb,
@@ -52,7 +55,7 @@ FIXED_AT_START: tuple[tuple[str, Callable[[Config], Any], str], ...] = (
     ("server.tls", lambda c: c.server.tls, "gunicorn opens its TLS context when the proxy starts"),
 )
 
-SECRET_KEYS = {"compaction.key", "keys.pepper"}  # never quoted in the refusal
+SECRET_KEYS = {"compaction.key", "keys.pepper", "tracing"}  # never quoted in the refusal (a collector's key)
 
 
 def checked(path: str, text: str | None = None) -> Config:
@@ -62,7 +65,16 @@ def checked(path: str, text: str | None = None) -> Config:
     config = registry.resolve(load(path) if text is None else load_text(text, path))
     if config.state.backend == "redis" and importlib.util.find_spec("redis") is None:
         raise ConfigError("state.backend", MISSING_PACKAGE)
+    if config.tracing.enabled and not _installed("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http"):
+        raise ConfigError("tracing.enabled", TRACING_EXTRA)
     return config
+
+
+def _installed(*modules: str) -> bool:
+    try:
+        return all(importlib.util.find_spec(m) is not None for m in modules)
+    except ModuleNotFoundError:  # a parent package missing
+        return False
 
 
 def for_reload(current: Config, path: str, text: str | None = None) -> Config:

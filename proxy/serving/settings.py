@@ -75,11 +75,13 @@ def _flush_pool_state(server: Any, worker: Any) -> None:
     charges of its finished requests' budgets and when its keys were last used to the store."""
     from proxy.budgets.guard import flush_all as charge_all
     from proxy.keys.directory import flush_all as note_keys_used
+    from proxy.ops.tracing import flush_all as send_spans
     from proxy.ops.usage_writer import flush_all
     from proxy.upstream.keeper import stop_all  # in the worker, where the app (and gevent) are loaded
 
     stop_all()
     flush_all()  # usage still queued (normally none: each request's is written before it ends)
+    send_spans()  # spans and metrics the exporters still hold (tracing: none when it is off)
     charge_all()  # budget charges queued for the next admission (proxy/budgets/guard.py)
     note_keys_used()  # when keys were last used, kept for the next batch (proxy/keys/directory.py)
 

@@ -75,6 +75,7 @@ PASSTHROUGH = Passthrough(
 )
 
 PROTOCOL = Protocol(name="chat_completions", title="OpenAI-compatible (Chat Completions)",
-                    client=CLIENT, upstream=UPSTREAM, passthrough=PASSTHROUGH, aliases=("openai",))
+                    client=CLIENT, upstream=UPSTREAM, passthrough=PASSTHROUGH, aliases=("openai",),
+                    provider="openai")
 
 __all__ = ["PROTOCOL"]

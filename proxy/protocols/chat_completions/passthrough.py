@@ -32,7 +32,7 @@ from proxy.protocols.chat_completions.chunks import (
 )
 from proxy.protocols.chat_completions.errors import stream_error_frames
 from proxy.protocols.chat_completions.response import new_call_id, new_id
-from proxy.protocols.chat_completions.vocabulary import stopped_after_calls, usage_from_chat
+from proxy.protocols.chat_completions.vocabulary import finish_from_chat, stopped_after_calls, usage_from_chat
 from proxy.protocols.fields import count
 from proxy.protocols.sse import DONE_FRAME, KEEPALIVE_COMMENT, SSEEvent, data_frame
 from proxy.protocols.transcode import NOTHING_DROPPED, closed_early, parse_payload
@@ -80,6 +80,10 @@ class ChatPassthroughStream:
         self._dirty = False  # the chunk being relayed was changed, so it must be written anew
         self._model_from: str | None = None  # the upstream's model name in this chunk, to be replaced
         self._swap: tuple[str, bytes, bytes] | None = None  # that name, its field and the client's (_model_fields)
+        # What the answer said of itself, read when the stream ends (traces): the model that answered
+        # as the upstream named it, and why it finished (the IR's words).
+        self.response_model: str | None = None
+        self.finish_reason: str | None = None
 
     def feed(self, sse: SSEEvent) -> list[bytes]:
         if self.done:
@@ -112,6 +116,15 @@ class ChatPassthroughStream:
             if raw is not None:
                 return [b"data: " + raw + b"\n\n"]
         return [data_frame(c) for c in chunks]
+
+    @property
+    def response_id(self) -> str | None:
+        return self._id
+
+    @property
+    def answer(self) -> ChatPassthroughStream:
+        """What the answer said of itself (id, model, finish reason): this relay keeps it itself."""
+        return self
 
     def close(self) -> list[bytes]:
         """Upstream EOF: terminate properly, or report that the stream broke off."""
@@ -157,6 +170,8 @@ class ChatPassthroughStream:
         self._set(chunk, "created", self._created)
         upstream_model = chunk.get("model")
         self._model_from = None
+        if upstream_model and self.response_model is None and isinstance(upstream_model, str):
+            self.response_model = upstream_model
         if isinstance(upstream_model, str) and upstream_model != self.model:
             self._model_from = upstream_model  # the only change to many chunks: see feed()
             chunk["model"] = self.model
@@ -232,6 +247,7 @@ class ChatPassthroughStream:
         else:
             state.finished = True
             self._finished_any = True
+            self.finish_reason = finish_from_chat(reason, bool(state.tools_seen))
             if stopped_after_calls(reason, bool(state.tools_seen)):
                 self._set(choice, "finish_reason", "tool_calls")
 

@@ -116,6 +116,6 @@ PROTOCOL = Protocol(
                           count_answer=lambda n: {"totalTokens": n}) for root in CALL_ROOTS),
                Endpoint("catalog", MODELS, catalog=catalog.listing),
                Endpoint("catalog", f"{MODELS}/<path:model>", catalog=catalog.listing)),
-)
+    provider="gcp.gemini")
 
 __all__ = ["PROTOCOL"]

@@ -58,6 +58,7 @@ class GeminiPassthroughStream(WatchedPassthrough):
             return []
         for ev in self.watch.close():  # Gemini has no terminator: the stream's end says it finished
             self.usage = add_usage(self.usage, ev)
+            self.answer.note(ev)
             if isinstance(ev, Finish):
                 self.done = True
             elif hasattr(ev, "error"):

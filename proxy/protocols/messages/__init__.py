@@ -123,6 +123,6 @@ PROTOCOL = Protocol(name="messages", title="Anthropic Messages", client=CLIENT, 
                     passthrough=PASSTHROUGH, aliases=("anthropic",),
                     endpoints=(Endpoint("local", CLIENT.path + "/count_tokens",
                                         counted=lambda body: request.decode(body, count_tokens=True),
-                                        count_answer=lambda n: {"input_tokens": n}),))
+                                        count_answer=lambda n: {"input_tokens": n}),), provider="anthropic")
 
 __all__ = ["PROTOCOL", "thinking_enabled"]

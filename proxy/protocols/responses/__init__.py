@@ -134,6 +134,6 @@ ENDPOINTS = (
 )
 
 PROTOCOL = Protocol(name=NAME, title="OpenAI Responses", client=CLIENT, upstream=UPSTREAM,
-                    passthrough=PASSTHROUGH, endpoints=ENDPOINTS)
+                    passthrough=PASSTHROUGH, endpoints=ENDPOINTS, provider="openai")
 
 __all__ = ["PROTOCOL", "custom_tools", "include_encrypted"]
