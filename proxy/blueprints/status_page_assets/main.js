@@ -4,6 +4,7 @@
 import { renderAccounts } from "./accounts.js";
 import { call, session } from "./api.js";
 import { AUDIT_PATH, renderAudit } from "./audit.js";
+import { closeDetail, openDetail, setupDetail } from "./detail.js";
 import { clearSecret, setupKeyForms } from "./keyforms.js";
 import { renderKeys } from "./keys.js";
 import { clock, el, when } from "./format.js";
@@ -76,7 +77,7 @@ async function refresh() {
   showStatus(status);
   if (accounts.status === "fulfilled") renderAccounts($("#accounts"), accounts.value, act);
   settle("accounts", accounts.status === "rejected" ? accounts.reason : null);
-  if (requests.status === "fulfilled") renderRequests($("#requests tbody"), requests.value);
+  if (requests.status === "fulfilled") renderRequests($("#requests tbody"), requests.value, openDetail);
   settle("requests", requests.status === "rejected" ? requests.reason : null);
   showKeys(whoami, keys);
   if (audit.status === "fulfilled") renderAudit($("#audit tbody"), audit.value);
@@ -133,6 +134,7 @@ function signOut(reason) {
   session.forget();
   for (const name of Object.keys(lastGood)) delete lastGood[name];
   clearSecret();
+  closeDetail();
   for (const dialog of document.querySelectorAll("dialog[open]")) dialog.close();
   for (const node of [$("#accounts"), $("#requests tbody"), $("#keys"), $("#keys-toolbar"), $("#audit tbody"),
     ...document.querySelectorAll(".chart, .legend")]) {
@@ -188,6 +190,7 @@ function choose(attribute, value) {
 
 function wire() {
   keyForms = setupKeyForms(refresh);
+  setupDetail();
   $("#sign-in-form").addEventListener("submit", signIn);
   $("#sign-out").addEventListener("click", () => signOut(""));
   $("#refresh").addEventListener("click", () => refresh());

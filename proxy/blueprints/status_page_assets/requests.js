@@ -1,12 +1,15 @@
 // The last requests on this host, newest first (GET /admin/requests?limit=100): who (key and
 // address), what, where it went, how it ended, how long it took and what it cost (a dash: no
-// price known, or no usage). No bodies: the API keeps none.
+// price known, or no usage). A request the request log keeps (`has_body`) has a "details" button:
+// its bodies and attempts (detail.js).
 
 import { clock, count, dash, dollars, el, ms } from "./format.js";
 
 export const REQUESTS_PATH = "requests?limit=100";
 
-export function renderRequests(tbody, doc) {
+export function renderRequests(tbody, doc, open) {
+  // A refresh replaces the rows: the details button that had the focus keeps it.
+  const focused = tbody.contains(document.activeElement) && document.activeElement.closest("tr").dataset.requestId;
   const rows = (doc.data || []).map((r) => {
     const ok = r.outcome === "ok";
     const where = r.upstream ? `${r.upstream} · ${r.account || dash}` : dash;
@@ -27,8 +30,12 @@ export function renderRequests(tbody, doc) {
       el("td", { class: "num", text: ms(r.first_byte_ms) }),
       el("td", { class: "num", text: ms(r.duration_ms) }),
       el("td", { class: "num", text: tokens }),
-      el("td", { class: "num", "data-column": "cost", text: dollars(r.cost_usd) }));
+      el("td", { class: "num", "data-column": "cost", text: dollars(r.cost_usd) }),
+      el("td", {}, r.has_body ? el("button", { type: "button", class: "details", title: `Bodies and attempts of ${r.request_id}`,
+        onclick: () => open(r.request_id) }, "details") : null));
   });
   tbody.replaceChildren(...(rows.length ? rows
-    : [el("tr", {}, el("td", { colspan: 14, class: "muted", text: "No requests yet on this host." }))]));
+    : [el("tr", {}, el("td", { colspan: 15, class: "muted", text: "No requests yet on this host." }))]));
+  const again = focused && [...tbody.querySelectorAll("tr")].find((tr) => tr.dataset.requestId === focused);
+  if (again && again.querySelector("button")) again.querySelector("button").focus();
 }
