@@ -77,7 +77,7 @@ function render(doc, chosenNumber) {
     out.push(note("The request log does not keep this request (request_log in the config)."));
     return out;
   }
-  out.push(el("h3", { text: "Attempts" }), attempts.length ? attemptsTable(attempts, chosen) : note("No upstream was tried."));
+  out.push(el("h3", { text: "Attempts" }), attempts.length ? el("div", { class: "scroll" }, attemptsTable(attempts, chosen)) : note("No upstream was tried."));
   if (doc.bodies_withheld) {
     out.push(el("p", { class: "notice", text: "The bodies are shown to admin keys only: this key is a viewer." }));
     return out;
