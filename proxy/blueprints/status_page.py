@@ -10,8 +10,8 @@ The page holds no data and no secret, so it is served without a key — the one 
 the admin key check, in `proxy.blueprints.http` (`is_page`). It signs in with JavaScript: the
 admin key lives in the tab's sessionStorage and goes only into the `Authorization` header of the
 page's calls to the admin API (`/admin/accounts`, `/admin/usage`, `/admin/requests`,
-`/admin/status`, `/admin/whoami`, `/admin/keys`, `/admin/audit`), which keep their key
-check. Must not read any proxy state or serve anything but the files in its folder.
+`/admin/requests/{id}`, `/admin/status`, `/admin/whoami`, `/admin/keys`, `/admin/audit`), which
+keep their key check. Must not read any proxy state or serve anything but the files in its folder.
 """
 
 from __future__ import annotations
