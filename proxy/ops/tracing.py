@@ -28,7 +28,6 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, is_dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -134,6 +133,7 @@ class Tracing(Hooks):
                                       start_time=int(record.started * 1e9),
                                       attributes={"gen_ai.operation.name": OPERATION,
                                                   "gen_ai.provider.name": self.provider_of(record.client_protocol),
+                                                  "llm_proxy.request_id": record.request_id,
                                                   "llm_proxy.client_key": record.client_key,
                                                   "llm_proxy.client_protocol": record.client_protocol})
         record.trace = RequestTrace(self, span)
@@ -229,12 +229,23 @@ def _decoded(record: RequestRecord) -> Any:
 
 
 def _messages_json(request: Any) -> str:
-    """The request's messages as the conventions' `gen_ai.input.messages` (role and parts), JSON."""
+    """The request's messages as the conventions' `gen_ai.input.messages`: each a role and its parts
+    (text; tool calls and their results; other parts by their kind, their bytes left out), JSON."""
     out = []
     for message in request.messages:
-        parts = [asdict(p) if is_dataclass(p) and not isinstance(p, type) else str(p) for p in message.content]
+        parts: list[dict[str, Any]] = []
+        for part in message.parts:
+            kind = type(part).__name__
+            if kind == "TextPart":
+                parts.append({"type": "text", "content": part.text})
+            elif kind == "ToolCallPart":
+                parts.append({"type": "tool_call", "id": part.id, "name": part.name, "arguments": part.arguments})
+            elif kind == "ToolResultPart":
+                parts.append({"type": "tool_call_response", "id": part.call_id, "response": part.text()})
+            else:
+                parts.append({"type": kind.removesuffix("Part").lower()})
         out.append({"role": message.role, "parts": parts})
-    return json.dumps(out, default=str)
+    return json.dumps(out)
 
 
 class _Instruments:
