@@ -132,20 +132,3 @@ def test_the_hook_chooses_by_key_and_sample_and_keeps_failures() -> None:
     sampled_only = RequestLogConfig(enabled=True, sample=0.0, errors="sampled")
     assert served(RequestLog(lambda: sampled_only, queue, chance=lambda: 0.5), "x", 500).capture is None
 
-
-def test_tracing_without_the_otel_extra_is_a_config_error_naming_the_extra(tmp_path: Path,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    import importlib.util
-
-    from proxy.serving import config_check
-
-    path = tmp_path / "config.yaml"
-    path.write_text(json.dumps({"client_keys": ["sk-c"], "tracing": {"enabled": True},
-                                "upstreams": [{"name": "u", "protocol": "chat_completions", "base_url": "http://u/v1",
-                                               "accounts": [{"id": "a", "api_key": "sk-a"}]}]}))
-    assert config_check.checked(str(path)).tracing.enabled  # installed here: the test extra brings it
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name.startswith("opentelemetry") else real(name, *a))
-    with pytest.raises(ConfigError, match=r"llm-proxy\[otel\]"):
-        config_check.checked(str(path))
