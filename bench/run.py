@@ -1,7 +1,7 @@
 """The benchmark suite, in one command:
 
     python bench/run.py [--quick | --focus [--only GROUP,...]] [--trials N] [--workers N] [--ops on|off|both]
-                        [--variants reqlog-all,reqlog-10pct]
+                        [--variants reqlog-all,reqlog-10pct,tracing]
                         [--compare-url URL --compare-key KEY [--compare-pid PID]]
 
 Owns the orchestration: starts the mock upstream (bench/mock_upstream.py) and the proxy
@@ -45,7 +45,8 @@ starts a second proxy with them off ("ops-off") beside the first
 and runs every scenario against each, so the tables put the two side by side.
 
 --variants starts, beside the first proxy, one more for each variant named (`VARIANTS`: the request
-log on for every request, or sampled at 10 %), the same but for that one config change, and runs
+log on for every request, or sampled at 10 %; tracing on, exporting to a collector on loopback that
+takes and drops every batch), the same but for that one config change, and runs
 every scenario against each: a feature's cost per request and per chunk is the difference of the
 columns.
 
@@ -170,7 +171,39 @@ OPS_OFF: dict[str, Any] = {"metrics": {"enabled": False}, "usage": {"enabled": F
 VARIANTS: dict[str, dict[str, Any]] = {
     "reqlog-all": {"request_log": {"enabled": True}},  # every request kept with its bodies
     "reqlog-10pct": {"request_log": {"enabled": True, "sample": 0.1}},  # one in ten (and every failure)
+    # every request traced, exported to a collector on loopback (OTLP_SINK, started by main)
+    "tracing": {"tracing": {"enabled": True, "endpoint": "OTLP_SINK"}},
 }
+
+
+def otlp_sink() -> str:
+    """A collector that takes every OTLP/HTTP export and keeps nothing, on the load generator's side
+    of the machine (a thread of this process): what tracing costs the proxy is its spans and their
+    export, not a real collector's work."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Sink(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def variant_config(name: str, sink: str | None) -> dict[str, Any]:
+    overlay = json.loads(json.dumps(VARIANTS[name]))
+    if "tracing" in overlay:
+        assert sink is not None
+        overlay["tracing"]["endpoint"] = sink
+    return overlay
 
 
 def proxy_config(mock_url: str, tmp: Path, ops: bool = True, name: str = "proxy",
@@ -478,7 +511,9 @@ def run_trial(trial: int, args: argparse.Namespace, mock_url: str, mock_root: st
     ops_off = start_proxy(mock_url, tmp, ops=False, name="ops-off") if args.ops == "both" else None
     if ops_off is not None:
         targets.append(Target("ops-off", ops_off.url, CLIENT_KEY, ops_off.process.pid))
-    variants = [start_proxy(mock_url, tmp, ops=args.ops != "off", name=v, overlay=VARIANTS[v]) for v in args.variants]
+    sink = otlp_sink() if any("tracing" in VARIANTS[v] for v in args.variants) else None
+    variants = [start_proxy(mock_url, tmp, ops=args.ops != "off", name=v, overlay=variant_config(v, sink))
+                for v in args.variants]
     targets += [Target(v, p.url, CLIENT_KEY, p.process.pid) for v, p in zip(args.variants, variants, strict=True)]
     if args.compare_url:
         targets.append(Target("compare", args.compare_url.rstrip("/"), args.compare_key, args.compare_pid))

@@ -28,7 +28,6 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, is_dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -107,8 +106,11 @@ class RequestTrace:
         span = tracing.tracer.start_span(f"{OPERATION} {start.upstream_model}", tracing.in_span(self.server),
                                          kind=tracing.client_kind, attributes=attributes)
         self.attempts[start.number] = span
-        carrier: dict[str, str] = {}
-        tracing.propagator.inject(carrier, context=tracing.in_span(span))
+        # The W3C header of this span, written directly (the propagator's inject costs several times more).
+        context = span.get_span_context()
+        carrier = {"traceparent": f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"}
+        if context.trace_state:
+            carrier["tracestate"] = context.trace_state.to_header()
         return carrier
 
 
@@ -134,6 +136,7 @@ class Tracing(Hooks):
                                       start_time=int(record.started * 1e9),
                                       attributes={"gen_ai.operation.name": OPERATION,
                                                   "gen_ai.provider.name": self.provider_of(record.client_protocol),
+                                                  "llm_proxy.request_id": record.request_id,
                                                   "llm_proxy.client_key": record.client_key,
                                                   "llm_proxy.client_protocol": record.client_protocol})
         record.trace = RequestTrace(self, span)
@@ -146,27 +149,33 @@ class Tracing(Hooks):
         span = trace.attempts.get(told.number)
         if span is None:
             return
+        # One call with every attribute: the SDK checks each value, and each call costs besides.
+        attributes: dict[str, Any] = {"llm_proxy.failure_class": told.klass}
         if told.status is not None:
-            span.set_attribute("http.response.status_code", told.status)
-        span.set_attribute("llm_proxy.failure_class", told.klass)
+            attributes["http.response.status_code"] = told.status
         if told.klass != OK:
-            span.set_attribute("error.type", told.klass)
+            attributes["error.type"] = told.klass
             span.set_status(self.error_status)
-        if told.action != "stream":  # a stream's attempt ends with the stream
-            trace.attempts.pop(told.number)
-            if told.klass == OK and request is not None:
-                _answered(span, request)
-            span.end()
+        if told.action == "stream":  # a stream's attempt ends with the stream
+            span.set_attributes(attributes)
+            return
+        trace.attempts.pop(told.number)
+        if told.klass == OK and request is not None:
+            attributes.update(_answer_attributes(request))
+        span.set_attributes(attributes)
+        span.end()
 
     def request_done(self, record: RequestRecord) -> None:
         trace = record.trace
         if not isinstance(trace, RequestTrace):
             return
+        answer = _answer_attributes(record)
         for span in trace.attempts.values():  # a stream's attempt: it ended with the stream
-            _answered(span, record)
             if record.outcome != OK:
-                span.set_attribute("error.type", record.outcome)
+                span.set_attributes({**answer, "error.type": record.outcome})
                 span.set_status(self.error_status)
+            else:
+                span.set_attributes(answer)
             span.end()
         trace.attempts.clear()
         span = trace.server
@@ -186,11 +195,11 @@ class Tracing(Hooks):
                     attributes[f"gen_ai.request.{name}"] = value
             if self.config.capture_content:
                 attributes["gen_ai.input.messages"] = _messages_json(request)
-        span.set_attributes(attributes)
-        _answered(span, record)
+        attributes.update(answer)
         if record.outcome != OK:
-            span.set_attribute("error.type", record.outcome)
+            attributes["error.type"] = record.outcome
             span.set_status(self.error_status)
+        span.set_attributes(attributes)
         if record.first_byte_s is not None and record.status < 400:
             span.add_event("gen_ai.first_chunk", {"llm_proxy.time_to_first_chunk_ms": record.first_byte_s * 1000},
                            timestamp=int((record.started + record.first_byte_s) * 1e9))
@@ -200,8 +209,8 @@ class Tracing(Hooks):
             self.instruments.record(record, self.provider_of(record.client_protocol))
 
 
-def _answered(span: Any, record: RequestRecord) -> None:
-    """What the answer said of itself and what it used, on `span`."""
+def _answer_attributes(record: RequestRecord) -> dict[str, Any]:
+    """What the answer said of itself and what it used."""
     attributes: dict[str, Any] = {}
     if record.response_model or record.upstream_model:
         attributes["gen_ai.response.model"] = record.response_model or record.upstream_model
@@ -216,7 +225,7 @@ def _answered(span: Any, record: RequestRecord) -> None:
                            "gen_ai.usage.cache_read.input_tokens": usage.cache_read_tokens,
                            "gen_ai.usage.cache_creation.input_tokens": usage.cache_write_tokens,
                            "gen_ai.usage.reasoning.output_tokens": usage.reasoning_tokens})
-    span.set_attributes(attributes)
+    return attributes
 
 
 def _decoded(record: RequestRecord) -> Any:
@@ -229,12 +238,23 @@ def _decoded(record: RequestRecord) -> Any:
 
 
 def _messages_json(request: Any) -> str:
-    """The request's messages as the conventions' `gen_ai.input.messages` (role and parts), JSON."""
+    """The request's messages as the conventions' `gen_ai.input.messages`: each a role and its parts
+    (text; tool calls and their results; other parts by their kind, their bytes left out), JSON."""
     out = []
     for message in request.messages:
-        parts = [asdict(p) if is_dataclass(p) and not isinstance(p, type) else str(p) for p in message.content]
+        parts: list[dict[str, Any]] = []
+        for part in message.parts:
+            kind = type(part).__name__
+            if kind == "TextPart":
+                parts.append({"type": "text", "content": part.text})
+            elif kind == "ToolCallPart":
+                parts.append({"type": "tool_call", "id": part.id, "name": part.name, "arguments": part.arguments})
+            elif kind == "ToolResultPart":
+                parts.append({"type": "tool_call_response", "id": part.call_id, "response": part.text()})
+            else:
+                parts.append({"type": kind.removesuffix("Part").lower()})
         out.append({"role": message.role, "parts": parts})
-    return json.dumps(out, default=str)
+    return json.dumps(out)
 
 
 class _Instruments:

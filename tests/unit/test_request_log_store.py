@@ -131,3 +131,4 @@ def test_the_hook_chooses_by_key_and_sample_and_keeps_failures() -> None:
     assert [c.logged_because for c in queue.captures] == ["error", "sampled"]
     sampled_only = RequestLogConfig(enabled=True, sample=0.0, errors="sampled")
     assert served(RequestLog(lambda: sampled_only, queue, chance=lambda: 0.5), "x", 500).capture is None
+
