@@ -186,10 +186,13 @@ def test_a_retried_request_shows_each_attempts_bodies(
     last = chooser.get_by_role("button", name="Attempt 2 (200)")
     expect(last).to_have_attribute("aria-pressed", "true")  # the last attempt is shown first
     expect(pane(browser, "upstream_response")).to_contain_text('"choices": [')
-    chooser.get_by_role("button", name="Attempt 1 (429)").click()
+    chooser.get_by_role("button", name="Attempt 1 (429)").focus()
+    page.keyboard.press("Enter")
     expect(pane(browser, "upstream_response")).to_contain_text("slow down")
     expect(pane(browser, "upstream_response")).to_contain_text("attempt 1: HTTP 429")
     expect(chooser.get_by_role("button", name="Attempt 1 (429)")).to_have_attribute("aria-pressed", "true")
+    expect(chooser.get_by_role("button", name="Attempt 1 (429)")).to_be_focused()  # drawn again, focus kept
+    expect(detail.locator("table.attempts tr.chosen")).to_have_attribute("data-attempt", "1")
     expect(pane(browser, "client_response")).to_contain_text('"choices": [')  # the client's answer stays
     snapshot(browser, tmp_path, "request-detail-attempts.png")
 

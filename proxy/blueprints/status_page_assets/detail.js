@@ -84,7 +84,7 @@ function render(doc, chosenNumber) {
   }
   if (attempts.length > 1) {
     out.push(el("div", { class: "tabs", role: "group", "aria-label": "Attempt shown" }, attempts.map((a) => el("button", {
-      type: "button", "aria-pressed": String(a === chosen), onclick: () => show(doc, a.number),
+      type: "button", "aria-pressed": String(a === chosen), onclick: () => choose(doc, a.number),
     }, `Attempt ${a.number} (${a.status ?? a.class ?? dash})`))));
   }
   const req = doc.client_request || {};
@@ -99,6 +99,11 @@ function render(doc, chosenNumber) {
 
 function show(doc, attempt) {
   $("#detail-content").replaceChildren(...render(doc, attempt));
+}
+
+function choose(doc, attempt) { // the panel is drawn again: the chosen button keeps the focus
+  show(doc, attempt);
+  $('#detail-content .tabs [aria-pressed="true"]').focus();
 }
 
 export async function openDetail(id) {
