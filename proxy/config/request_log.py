@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from proxy.config.values import ConfigError, bool_, choice, join, known, mapping, number, size, str_
@@ -89,3 +90,9 @@ def _redaction(rule: str, path: str) -> str:
     except re.error as exc:
         raise ConfigError(path, f"{rule!r} is not a valid regular expression: {exc}") from None
     return rule
+
+
+def log_path(state_path: str) -> str:
+    """The request log's SQLite file, beside the state file: `state.db` → `state.requests.db`."""
+    path = Path(state_path)
+    return str(path.with_name(path.stem + ".requests.db" if path.suffix else path.name + ".requests.db"))

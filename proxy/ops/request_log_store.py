@@ -22,10 +22,12 @@ import struct
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Protocol
 
+from proxy.config.request_log import log_path
 from proxy.ops.request_entry import LoggedRequest
+
+__all__ = ["MemoryRequestLog", "RequestLogStore", "SQLiteRequestLog", "log_path"]
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS request_log (
@@ -77,12 +79,6 @@ class RequestLogStore(Protocol):
 
     def totals(self) -> dict[str, int]:
         """{"entries", "bytes", "dropped"}."""
-
-
-def log_path(state_path: str) -> str:
-    """The request log's file beside the state file: `state.db` → `state.requests.db`."""
-    path = Path(state_path)
-    return str(path.with_name(path.stem + ".requests.db" if path.suffix else path.name + ".requests.db"))
 
 
 class MemoryRequestLog:

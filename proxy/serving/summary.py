@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from proxy import __version__
 from proxy.config import Config
+from proxy.config.request_log import log_path
 from proxy.money.prices import private_address  # stdlib only at import: genai-prices loads on first use
 
 
@@ -48,7 +49,7 @@ def summary_fields(config: Config, listeners: Sequence[str], workers: int, contr
     else:
         metrics = "off (needs admin_keys, or metrics.public: true)"
     headline = f"llm-proxy {__version__} serving {', '.join(listeners) or '?'} (master pid {pid})"
-    return headline, {
+    fields = {
         "workers": _count(workers, "gevent worker"),
         "config": os.path.abspath(config.source) if config.source != "<memory>" else config.source,
         "upstreams": upstreams,
@@ -61,6 +62,25 @@ def summary_fields(config: Config, listeners: Sequence[str], workers: int, contr
         "reload": f"kill -HUP {pid}" + (", or POST /admin/reload" if config.admin_keys else ""),
         "prices": providers(config),
     }
+    if config.request_log.enabled:
+        fields["request log"] = request_log_line(config)
+    if config.tracing.enabled:
+        where = config.tracing.endpoint or "the OTEL_EXPORTER_OTLP_* variables (else http://localhost:4318)"
+        fields["tracing"] = f"on, OTLP/HTTP to {where}, sample {config.tracing.sample:g}" + \
+            (", GenAI metrics too" if config.tracing.metrics else "")
+    return headline, fields
+
+
+def request_log_line(config: Config) -> str:
+    settings = config.request_log
+    if config.state.backend == "redis":
+        where = "Redis"
+    elif config.state_path:
+        where = os.path.abspath(log_path(config.state_path))
+    else:
+        where = "memory"
+    return (f"on for keys {', '.join(settings.keys)}, sample {settings.sample:g} (failures: {settings.errors}); "
+            f"{where}, {settings.max_total_mb:g} MiB, {settings.retention_hours:g} h")
 
 
 def providers(config: Config) -> str:

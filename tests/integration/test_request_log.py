@@ -234,6 +234,7 @@ def test_the_size_bound_holds_under_a_burst_dropping_the_oldest(
         assert kept == rids[len(rids) - len(kept):]  # the newest are kept: the oldest went first
         totals = answer["request_log"]
         assert totals["bytes"] <= 0.05 * 2**20 and totals["dropped"] == len(rids) - len(kept)
+        assert "request log: on for keys *, sample 1 (failures: always); " in server.log()  # the startup summary
         _, scraped, _ = admin_get(server, "/metrics")
         assert f'llm_proxy_request_log_dropped_total{{reason="size_bound"}} {float(totals["dropped"])}'.encode() \
             in scraped

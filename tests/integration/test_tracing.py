@@ -241,6 +241,7 @@ def test_a_dead_collector_changes_nothing_for_clients_and_is_said_once(demo_upst
             assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
     finally:
         stop_proxy(server)  # the worker's exit flushes once more, to the same dead collector
+    assert f"tracing:    on, OTLP/HTTP to {closed.url}, sample 1" in server.log()  # the startup summary
     lines = server.log().splitlines()
     assert len([line for line in lines if "tracing: cannot export spans" in line]) == 1
     assert not [line for line in lines if "opentelemetry" in line or "Traceback" in line]
