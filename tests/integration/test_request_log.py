@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -255,7 +256,10 @@ def test_two_hosts_on_one_redis_see_one_log(demo_upstream: DemoUpstream, redis_u
         rid = f"req_log_{uuid.uuid4().hex[:12]}"
         OpenAI(base_url=f"{servers[0].url}/v1", api_key=CLIENT_KEY, max_retries=0).chat.completions.create(
             model="gpt-4o", messages=[{"role": "user", "content": "from host a"}], extra_headers={"x-request-id": rid})
-        entry = detail(servers[1], rid)  # asked on host b
+        # Asked on host b: host a's writer gathers for up to half a second before it writes (request_log.GATHER).
+        deadline = time.monotonic() + 10
+        while not (entry := detail(servers[1], rid))["has_body"] and time.monotonic() < deadline:
+            time.sleep(0.05)  # polling the other host's log with a deadline
         assert entry["has_body"] is True and "from host a" in entry["client_request"]["body"]["data"]
         assert json.loads(part(servers[1], rid, "client_response"))["choices"]
     finally:
