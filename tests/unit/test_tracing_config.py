@@ -36,3 +36,12 @@ def test_tracing_without_the_otel_extra_is_a_config_error_naming_the_extra(tmp_p
                         lambda name, *a: None if name.startswith("opentelemetry") else real(name, *a))
     with pytest.raises(ConfigError, match=r"llm-proxy\[otel\]"):
         config_check.checked(str(path))
+
+
+def test_an_upstream_is_named_by_its_host_when_the_host_is_a_known_provider() -> None:
+    from proxy.ops.tracing import provider_at
+
+    assert provider_at("api.deepseek.com", "openai") == "deepseek"
+    assert provider_at("myres.openai.azure.com", "openai") == "azure.ai.openai"
+    assert provider_at("127.0.0.1", "anthropic") == "anthropic"  # anything else: the API it speaks
+    assert provider_at("evil-api.deepseek.com.example", "openai") == "openai"
