@@ -20,8 +20,9 @@ import json
 import sqlite3
 import struct
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
 from proxy.config.request_log import log_path
@@ -37,7 +38,7 @@ CREATE INDEX IF NOT EXISTS request_log_time ON request_log (time);
 CREATE TABLE IF NOT EXISTS request_log_totals (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 INSERT OR IGNORE INTO request_log_totals VALUES ('size', 0), ('dropped', 0);
 """
-PURGE_EVERY = 60.0  # seconds between two looks for entries past retention, per writer
+PURGE_EVERY = 60.0  # seconds between two looks for entries past retention, per writer (at most)
 
 
 def pack(parts: dict[str, bytes]) -> bytes:
@@ -86,8 +87,8 @@ class MemoryRequestLog:
 
     blocking = False
 
-    def __init__(self, retention_s: float, max_bytes: int) -> None:
-        self.retention_s, self.max_bytes = retention_s, max_bytes
+    def __init__(self, retention_s: float, max_bytes: int, clock: Callable[[], float] = time.time) -> None:
+        self.retention_s, self.max_bytes, self.clock = retention_s, max_bytes, clock
         self.entries: OrderedDict[str, tuple[LoggedRequest, int]] = OrderedDict()  # oldest first
         self.bytes = 0
         self.dropped = 0
@@ -113,12 +114,13 @@ class MemoryRequestLog:
 
     def get(self, request_id: str) -> LoggedRequest | None:
         found = self.entries.get(request_id)
-        return found[0] if found else None
+        return found[0] if found and found[0].time >= self.clock() - self.retention_s else None
 
     def having(self, request_ids: Sequence[str]) -> set[str]:
-        return {i for i in request_ids if i in self.entries}
+        return {i for i in request_ids if self.get(i) is not None}
 
     def between(self, since: float, until: float) -> Iterator[LoggedRequest]:
+        since = max(since, self.clock() - self.retention_s)
         for entry, _ in sorted(self.entries.values(), key=lambda e: e[0].time):
             if since <= entry.time < until:
                 yield entry
@@ -132,8 +134,10 @@ class SQLiteRequestLog:
 
     blocking = True
 
-    def __init__(self, path: str, retention_s: float, max_bytes: int) -> None:
-        self.path, self.retention_s, self.max_bytes = path, retention_s, max_bytes
+    def __init__(self, path: str, retention_s: float, max_bytes: int, clock: Callable[[], float] = time.time) -> None:
+        self.path, self.retention_s, self.max_bytes, self.clock = path, retention_s, max_bytes, clock
+        # Past retention is looked for at most once a minute — more often when retention is short.
+        self.purge_every = min(PURGE_EVERY, retention_s / 4)
         self._local = threading.local()  # one connection per thread: the writer's and the readers'
         self._next_purge = 0.0
         with self._connection() as db:
@@ -165,7 +169,7 @@ class SQLiteRequestLog:
                             meta, parts))
                 added += size - (replaced[0] if replaced is not None else 0)
             if now >= self._next_purge:
-                self._next_purge = now + PURGE_EVERY
+                self._next_purge = now + self.purge_every
                 added -= self._delete(db, "time < ?", (now - self.retention_s,))
             total = db.execute("UPDATE request_log_totals SET value = value + ? WHERE name = 'size' RETURNING value",
                                (added,)).fetchone()[0]
@@ -195,8 +199,10 @@ class SQLiteRequestLog:
         return sum(size for (size,) in db.execute(f"DELETE FROM request_log WHERE {where} RETURNING size", args))
 
     def get(self, request_id: str) -> LoggedRequest | None:
+        # What is past retention but not purged yet is not served (purges are at most once a minute).
         row = self._connection().execute("SELECT request_id, time, client_key, model, status, meta, parts "
-                                          "FROM request_log WHERE request_id = ?", (request_id,)).fetchone()
+                                          "FROM request_log WHERE request_id = ? AND time >= ?",
+                                          (request_id, self.clock() - self.retention_s)).fetchone()
         return None if row is None else _entry(row)
 
     def having(self, request_ids: Sequence[str]) -> set[str]:
@@ -205,14 +211,14 @@ class SQLiteRequestLog:
         for i in range(0, len(request_ids), 500):
             chunk = list(request_ids[i:i + 500])
             marks = ",".join("?" * len(chunk))
-            found.update(r[0] for r in db.execute(f"SELECT request_id FROM request_log WHERE request_id IN ({marks})",
-                                                  chunk))
+            found.update(r[0] for r in db.execute(f"SELECT request_id FROM request_log WHERE request_id IN ({marks}) "
+                                                  "AND time >= ?", [*chunk, self.clock() - self.retention_s]))
         return found
 
     def between(self, since: float, until: float) -> Iterator[LoggedRequest]:
         rows = self._connection().execute("SELECT request_id, time, client_key, model, status, meta, parts "
                                           "FROM request_log WHERE time >= ? AND time < ? ORDER BY time",
-                                          (since, until))
+                                          (max(since, self.clock() - self.retention_s), until))
         for row in rows:
             yield _entry(row)
 

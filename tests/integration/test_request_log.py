@@ -243,6 +243,35 @@ def test_the_size_bound_holds_under_a_burst_dropping_the_oldest(
         stop_proxy(server)
 
 
+def test_retention_holds_under_a_burst(demo_upstream: DemoUpstream, tmp_path: Path) -> None:
+    config = base_config(demo_upstream.url, admin_keys=ADMINS,
+                         request_log={"enabled": True, "retention_hours": 0.0015})  # 5.4 s
+    server = start_proxy(config, tmp_path)
+    try:
+        client = OpenAI(base_url=f"{server.url}/v1", api_key=CLIENT_KEY, max_retries=0)
+
+        def burst(tag: str) -> list[str]:
+            rids = [f"req_{tag}_{i:02d}_{uuid.uuid4().hex[:6]}" for i in range(10)]
+            for rid in rids:
+                client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": tag}],
+                                               extra_headers={"x-request-id": rid})
+            return rids
+
+        first = burst("first")
+        assert detail(server, first[-1])["has_body"] is True
+        deadline = time.monotonic() + 15
+        while detail(server, first[-1])["has_body"] and time.monotonic() < deadline:
+            time.sleep(0.1)  # polling until the first burst is past retention, with a deadline
+        second = burst("second")
+        listed = json.loads(admin_get(server, "/admin/requests?limit=100")[1])
+        kept = {e["request_id"] for e in listed["data"] if e["has_body"]}
+        assert kept.isdisjoint(first) and set(second) <= kept
+        assert listed["request_log"]["entries"] == len(second)  # the first burst purged, not only hidden
+        assert listed["request_log"]["dropped"] == 0  # past retention is no drop for the size bound
+    finally:
+        stop_proxy(server)
+
+
 def test_two_hosts_on_one_redis_see_one_log(demo_upstream: DemoUpstream, redis_url: str, tmp_path: Path) -> None:
     prefix = f"test-{uuid.uuid4().hex[:8]}:"
     servers = []

@@ -26,13 +26,22 @@ def entry(n: int, at: float, size: int = 1000) -> LoggedRequest:
                          {"client_request": b"x" * size})
 
 
-def stores(tmp_path: Path, retention_s: float, max_bytes: int) -> list[Any]:
-    return [MemoryRequestLog(retention_s, max_bytes), SQLiteRequestLog(str(tmp_path / "log.db"), retention_s, max_bytes)]
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def stores(tmp_path: Path, retention_s: float, max_bytes: int, clock: Clock) -> list[Any]:
+    return [MemoryRequestLog(retention_s, max_bytes, clock),
+            SQLiteRequestLog(str(tmp_path / "log.db"), retention_s, max_bytes, clock)]
 
 
 @pytest.mark.parametrize("kind", [0, 1], ids=["memory", "sqlite"])
 def test_the_size_bound_drops_the_oldest_first_and_counts_them(tmp_path: Path, kind: int) -> None:
-    store = stores(tmp_path, 3600, 10_000)[kind]
+    store = stores(tmp_path, 3600, 10_000, Clock(1100.0))[kind]
     for n in range(20):
         store.add([entry(n, 1000.0 + n)], now=1100.0)
     kept = store.having([f"req_{n}" for n in range(20)])
@@ -44,13 +53,18 @@ def test_the_size_bound_drops_the_oldest_first_and_counts_them(tmp_path: Path, k
 
 @pytest.mark.parametrize("kind", [0, 1], ids=["memory", "sqlite"])
 def test_entries_past_retention_leave_without_counting_as_drops(tmp_path: Path, kind: int) -> None:
-    store = stores(tmp_path, 60, 10**9)[kind]
+    clock = Clock(1000.0)
+    store = stores(tmp_path, 60, 10**9, clock)[kind]
     store.add([entry(1, 1000.0)], now=1000.0)
+    clock.now = 1050.0
     store.add([entry(2, 1050.0)], now=1050.0)
+    clock.now = 1100.0
     store.add([entry(3, 1100.0)], now=1100.0)  # req_1 is now 100 s old: past the 60 s kept
     assert store.having(["req_1", "req_2", "req_3"]) == {"req_2", "req_3"}
-    assert store.totals()["dropped"] == 0
+    assert store.totals()["dropped"] == 0 and store.totals()["entries"] == 2  # purged, not only hidden
     assert [e.request_id for e in store.between(0, 2000)] == ["req_2", "req_3"]
+    clock.now = 1115.0  # req_2 is past retention too, and no write has come to purge it: not served
+    assert store.get("req_2") is None and store.having(["req_2", "req_3"]) == {"req_3"}
 
 
 def test_the_log_file_sits_beside_the_state_file() -> None:
