@@ -152,8 +152,7 @@ class Tracing(Hooks):
                                       attributes={"gen_ai.operation.name": OPERATION,
                                                   "gen_ai.provider.name": self.provider_of(record.client_protocol),
                                                   "llm_proxy.request_id": record.request_id,
-                                                  "llm_proxy.client_key": record.client_key,
-                                                  "llm_proxy.client_protocol": record.client_protocol})
+                                                  "llm_proxy.client_key": record.client_key})
         record.trace = RequestTrace(self, span)
 
     def attempt(self, told: AttemptRecord) -> None:
@@ -175,8 +174,6 @@ class Tracing(Hooks):
             span.set_attributes(attributes)
             return
         trace.attempts.pop(told.number)
-        if told.klass == OK and request is not None:
-            attributes.update(_answer_attributes(request))
         span.set_attributes(attributes)
         span.end()
 
@@ -184,22 +181,16 @@ class Tracing(Hooks):
         trace = record.trace
         if not isinstance(trace, RequestTrace):
             return
-        answer = _answer_attributes(record)
         for span in trace.attempts.values():  # a stream's attempt: it ended with the stream
             if record.outcome != OK:
-                span.set_attributes({**answer, "error.type": record.outcome})
+                span.set_attributes({"error.type": record.outcome})
                 span.set_status(self.error_status)
-            else:
-                span.set_attributes(answer)
             span.end()
         trace.attempts.clear()
         span = trace.server
         span.update_name(f"{OPERATION} {record.model}" if record.model else OPERATION)
         attributes: dict[str, Any] = {"gen_ai.request.model": record.model, "llm_proxy.attempts": record.attempts,
                                       "llm_proxy.stream": record.stream, "http.response.status_code": record.status}
-        if record.account:
-            attributes["llm_proxy.upstream"] = record.upstream or ""
-            attributes["llm_proxy.account"] = record.account
         if record.conversation_id:
             attributes["gen_ai.conversation.id"] = record.conversation_id
         request = _decoded(record)
@@ -210,7 +201,7 @@ class Tracing(Hooks):
                     attributes[f"gen_ai.request.{name}"] = value
             if self.config.capture_content:
                 attributes["gen_ai.input.messages"] = _messages_json(request)
-        attributes.update(answer)
+        attributes.update(_answer_attributes(record))
         if record.outcome != OK:
             attributes["error.type"] = record.outcome
             span.set_status(self.error_status)
@@ -235,11 +226,14 @@ def _answer_attributes(record: RequestRecord) -> dict[str, Any]:
         attributes["gen_ai.response.finish_reasons"] = (record.finish_reason,)
     usage = record.usage
     if usage is not None:
-        attributes.update({"gen_ai.usage.input_tokens": usage.input_tokens,
-                           "gen_ai.usage.output_tokens": usage.output_tokens,
-                           "gen_ai.usage.cache_read.input_tokens": usage.cache_read_tokens,
-                           "gen_ai.usage.cache_creation.input_tokens": usage.cache_write_tokens,
-                           "gen_ai.usage.reasoning.output_tokens": usage.reasoning_tokens})
+        attributes["gen_ai.usage.input_tokens"] = usage.input_tokens
+        attributes["gen_ai.usage.output_tokens"] = usage.output_tokens
+        # The rest only when there is some: each attribute costs the exporter as much as the span's share.
+        for name, count in (("cache_read.input_tokens", usage.cache_read_tokens),
+                            ("cache_creation.input_tokens", usage.cache_write_tokens),
+                            ("reasoning.output_tokens", usage.reasoning_tokens)):
+            if count:
+                attributes[f"gen_ai.usage.{name}"] = count
     return attributes
 
 
