@@ -8,7 +8,7 @@ attempt); an attempt that failed or answered whole ends its span when the `attem
 it, a streamed one when the request ends. When the request ends the SERVER span gets what the
 request turned out to be — the model asked and served, the answer's id and finish reason, the
 sampling settings asked for, the usage (with the cache and reasoning counts), the conversation
-affinity keyed it by, `error.type` — and the time to the first chunk as an event (`gen_ai.first_chunk`,
+affinity keyed it by, `error.type` — and the time to the first chunk as an event (`llm_proxy.first_chunk`,
 stamped when it happened: nothing runs per chunk). Names: `"{gen_ai.operation.name}
 {gen_ai.request.model}"`, operation `chat`; `gen_ai.provider.name` from the protocol
 (`Protocol.provider`); the proxy's own as `llm_proxy.*` (the key's name, never a key). The messages
@@ -207,7 +207,7 @@ class Tracing(Hooks):
             span.set_status(self.error_status)
         span.set_attributes(attributes)
         if record.first_byte_s is not None and record.status < 400:
-            span.add_event("gen_ai.first_chunk", {"llm_proxy.time_to_first_chunk_ms": record.first_byte_s * 1000},
+            span.add_event("llm_proxy.first_chunk", {"llm_proxy.time_to_first_chunk_ms": record.first_byte_s * 1000},
                            timestamp=int((record.started + record.first_byte_s) * 1e9))
         end = record.started + (record.duration_s or 0.0)
         span.end(end_time=int(max(end, record.started) * 1e9))

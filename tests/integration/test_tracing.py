@@ -163,7 +163,7 @@ def test_a_retried_stream_is_one_server_span_with_a_client_span_per_attempt(
     assert a["gen_ai.usage.input_tokens"] > 0 and a["gen_ai.usage.output_tokens"] > 0
     assert a["llm_proxy.client_key"].startswith("key-") and a["llm_proxy.attempts"] == 2
     assert "gen_ai.input.messages" not in a and "error.type" not in a
-    (event,) = [e for e in server["events"] if e[0] == "gen_ai.first_chunk"]
+    (event,) = [e for e in server["events"] if e[0] == "llm_proxy.first_chunk"]
     assert server["start"] < event[1] <= server["end"]
     failed, served = attempts
     assert failed["attributes"]["http.response.status_code"] == 429
