@@ -20,14 +20,13 @@ import argparse
 import os
 import statistics
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("OTEL_BSP_SCHEDULE_DELAY", "200")  # batches as a busy worker sends them
+
+from run import otlp_sink  # bench/run.py's collector that drops what it gets
 
 from proxy.config.tracing import TracingConfig
 from proxy.ir.request import Message, Request, TextPart
@@ -39,17 +38,6 @@ HEADERS = {"content-type": "application/json", "traceparent": "00-0af7651916cd43
            "user-agent": "claude-cli/2.1 (external, cli)"}
 REQUEST = Request(model="claude-sonnet-4-6", messages=[Message("user", [TextPart("Explain tracing.")])],
                   max_tokens=1024, temperature=0.2, top_p=0.9)
-
-
-class Sink(BaseHTTPRequestHandler):
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        self.send_response(200)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *args: Any) -> None:
-        pass
 
 
 def one(hook: Tracing, n: int, attempts: int) -> None:
@@ -76,9 +64,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=4000)
     args = parser.parse_args()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    hook = Tracing(TracingConfig(enabled=True, endpoint=f"http://127.0.0.1:{server.server_address[1]}"),
+    hook = Tracing(TracingConfig(enabled=True, endpoint=otlp_sink()),
                    lambda name: {"messages": "anthropic"}.get(name, "openai"))
     for attempts in (1, 2):
         runs = []
@@ -90,7 +76,6 @@ def main() -> None:
         print(f"{attempts} attempt(s): {statistics.median(runs):7.1f} µs CPU a request (spans made and exported; "
               f"runs {min(runs):.1f} to {max(runs):.1f})   target ≤ 150 µs")
     flush_all()
-    server.shutdown()
 
 
 if __name__ == "__main__":
