@@ -8,17 +8,19 @@ attempt); an attempt that failed or answered whole ends its span when the `attem
 it, a streamed one when the request ends. When the request ends the SERVER span gets what the
 request turned out to be — the model asked and served, the answer's id and finish reason, the
 sampling settings asked for, the usage (with the cache and reasoning counts), the conversation
-affinity keyed it by, `error.type` — and the time to the first chunk as an event (`llm_proxy.first_chunk`,
-stamped when it happened: nothing runs per chunk). Names: `"{gen_ai.operation.name}
-{gen_ai.request.model}"`, operation `chat`; `gen_ai.provider.name` from the protocol
-(`Protocol.provider`); the proxy's own as `llm_proxy.*` (the key's name, never a key). The messages
-in and out only with `capture_content`.
+affinity keyed it by, `error.type` — and only it: a CLIENT span says which account was tried and
+how that went, so a tool that sums tokens over GenAI spans counts each request once. The time to
+the first chunk is an event (`llm_proxy.first_chunk`, stamped when it happened: nothing runs per
+chunk). Names: `"{gen_ai.operation.name} {gen_ai.request.model}"`, operation `chat`;
+`gen_ai.provider.name` from the protocol (`Protocol.provider`) or a known upstream host; the
+proxy's own as `llm_proxy.*` (the key's name, never a key). The messages sent only with
+`capture_content`.
 
 Spans leave through a BatchSpanProcessor (its own greenlet under gevent: off the request path) to
 an OTLP/HTTP exporter wrapped in `OneLineExporter`: a collector that is down costs no request, and
 the log says so once per outage, and once when it is back — the exporter's own per-batch
 warnings are silenced. With `tracing.metrics`, the GenAI metrics go over OTLP too. The
-OpenTelemetry packages are the `otel` extra, imported only when tracing is on (`start`), in each
+OpenTelemetry packages are the `otel` extra, imported only when tracing is on (`Tracing()`), in each
 worker (the app is built after gunicorn forks), and flushed when the worker exits (`flush_all`).
 """
 
