@@ -37,25 +37,11 @@ from proxy.config.tracing import MISSING_EXTRA, TracingConfig
 from proxy.config.values import ConfigError
 from proxy.ops.hooks import Hooks
 from proxy.ops.records import OK, Arrival, AttemptRecord, AttemptStart, RequestRecord
+from proxy.protocols.providers import provider_at
 
 log = logging.getLogger("proxy.tracing")
 
 OPERATION = "chat"  # every endpoint traced here is a chat completion, whatever its protocol
-# Upstreams whose host says who they are, as the conventions name providers; any other upstream is
-# named by the API it speaks (`Protocol.provider`: an OpenAI-compatible server is `openai`).
-KNOWN_HOSTS = (("api.openai.com", "openai"), ("api.anthropic.com", "anthropic"),
-               ("generativelanguage.googleapis.com", "gcp.gemini"), ("aiplatform.googleapis.com", "gcp.vertex_ai"),
-               ("api.deepseek.com", "deepseek"), ("api.mistral.ai", "mistral_ai"), ("api.groq.com", "groq"),
-               ("api.x.ai", "x_ai"), ("api.perplexity.ai", "perplexity"), ("api.cohere.com", "cohere"),
-               (".openai.azure.com", "azure.ai.openai"), (".amazonaws.com", "aws.bedrock"))
-
-
-def provider_at(host: str, spoken: str) -> str:
-    """`gen_ai.provider.name` of an upstream at `host` that speaks the API whose provider is `spoken`."""
-    for known, name in KNOWN_HOSTS:
-        if host == known or (known.startswith(".") and host.endswith(known)):
-            return name
-    return spoken
 _providers: list[Any] = []  # this worker's tracer and meter providers, flushed at exit
 
 

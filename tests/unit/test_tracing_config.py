@@ -39,7 +39,7 @@ def test_tracing_without_the_otel_extra_is_a_config_error_naming_the_extra(tmp_p
 
 
 def test_an_upstream_is_named_by_its_host_when_the_host_is_a_known_provider() -> None:
-    from proxy.ops.tracing import provider_at
+    from proxy.protocols.providers import provider_at
 
     assert provider_at("api.deepseek.com", "openai") == "deepseek"
     assert provider_at("myres.openai.azure.com", "openai") == "azure.ai.openai"
