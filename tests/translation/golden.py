@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from proxy.ir.events import Event
+from proxy.ir.fold import check_well_formed
 from proxy.protocols.sse import SSEParser
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,3 +94,14 @@ def check_golden(relative: str, actual: str) -> None:
     assert path.exists(), f"missing golden {relative}; run with UPDATE_GOLDEN=1 and review it"
     # Read as bytes: read_text would turn the CRLF of Gemini's SSE frames into LF.
     assert actual == path.read_bytes().decode("utf-8"), f"output differs from golden {relative}"
+
+
+def check_decoder_golden(protocol: str, name: str, decode: Callable[[list[bytes]], list[Event]]) -> None:
+    """An upstream fixture decoded to the IR: well formed, equal to its golden, and the same at every split."""
+    data = fixture(protocol, name)
+    whole = decode([data])
+    check_well_formed(whole)
+    expected = normalise(events_json(whole))
+    check_golden(f"{protocol}__to__ir/{name}.jsonl", expected)
+    for pieces in splits(data):
+        assert normalise(events_json(decode(pieces))) == expected

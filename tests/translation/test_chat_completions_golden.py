@@ -18,8 +18,8 @@ from proxy.protocols.chat_completions.stream_encode import ChatStreamEncoder
 from proxy.protocols.transcode import Translation
 from tests.clients import read_chat_stream
 from tests.translation.golden import (
+    check_decoder_golden,
     check_golden,
-    events_json,
     fixture,
     fixture_names,
     normalise,
@@ -44,13 +44,7 @@ def passthrough(pieces: list[bytes], include_usage: bool = True) -> bytes:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_decoder_golden_at_every_split(name: str) -> None:
-    data = fixture("chat_completions", name)
-    whole = decode([data])
-    check_well_formed(whole)
-    expected = normalise(events_json(whole))
-    check_golden(f"chat_completions__to__ir/{name}.jsonl", expected)
-    for pieces in splits(data):
-        assert normalise(events_json(decode(pieces))) == expected
+    check_decoder_golden("chat_completions", name, decode)
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -47,7 +47,7 @@ from proxy.config.model import Account
 from proxy.ir import response as ir
 from proxy.ir.custom_calls import function_arguments
 from proxy.ir.events import Event
-from proxy.ir.fold import check_well_formed, fold
+from proxy.ir.fold import fold
 from proxy.ir.reasoning import gemini_from_envelope, is_minted
 from proxy.ir.request import ReasoningPart, TextPart, ToolCallPart
 from proxy.protocols import registry
@@ -68,8 +68,8 @@ from proxy.protocols.responses.stream_encode import ResponsesStreamEncoder
 from proxy.protocols.transcode import Translation
 from tests.clients import read_anthropic_stream, read_chat_stream, read_responses_stream
 from tests.translation.golden import (
+    check_decoder_golden,
     check_golden,
-    events_json,
     fixture,
     fixture_names,
     normalise,
@@ -177,13 +177,7 @@ def last_usage(name: str) -> dict[str, int]:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_decoder_golden_at_every_split(name: str) -> None:
-    data = fixture("gemini", name)
-    whole = decode([data])
-    check_well_formed(whole)
-    expected = normalise(events_json(whole))
-    check_golden(f"gemini__to__ir/{name}.jsonl", expected)
-    for pieces in splits(data):
-        assert normalise(events_json(decode(pieces))) == expected
+    check_decoder_golden("gemini", name, decode)
 
 
 @pytest.mark.parametrize("client", list(ENCODERS))
