@@ -156,6 +156,15 @@ def embedded_error(doc: dict[str, Any], secrets: Iterable[str] = ()) -> ErrorInf
     return parse_upstream_error(status, json.dumps(doc).encode(), secrets)
 
 
+_KEY_IN_QUERY = re.compile(r"(?i)(^|[?&])((?:api[-_])?key=)[^&]*")
+
+
+def redact_query_key(text: str, mark: str = "[redacted]") -> str:
+    """A URL or query string with the value of its `key=` (or `api_key=`, `api-key=`) parameter — a
+    Gemini client's API key — replaced by `mark`."""
+    return _KEY_IN_QUERY.sub(lambda m: m.group(1) + m.group(2) + mark, text) if "key=" in text.lower() else text
+
+
 def scrub(text: str, secrets: Iterable[str] = ()) -> str:
     """Remove upstream credentials (and anything shaped like an API key) from upstream text."""
     for secret in secrets:

@@ -24,15 +24,14 @@ from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl, urlencode
 
+from proxy.errors import redact_query_key
 from proxy.ops.recent import entry_json, recent_entry
 from proxy.ops.request_capture import BodyCopy, RequestCapture
 
 REDACTED = "[redacted]"
 SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "x-goog-api-key", "api-key",
                             "cookie", "set-cookie"})
-SECRET_QUERY = frozenset({"key", "api_key", "api-key"})
 PARTS = ("client_request", "upstream_request", "upstream_response", "client_response")
 TIMES = "#times"  # the part beside a stream's body holding when each piece came
 _STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_-]*)|\[(\*|\d+)\]")
@@ -151,10 +150,7 @@ def safe_headers(headers: dict[str, str]) -> dict[str, str]:
 
 
 def safe_query(query: str) -> str:
-    if not query:
-        return ""
-    pairs = parse_qsl(query, keep_blank_values=True)
-    return urlencode([(k, REDACTED if k.lower() in SECRET_QUERY else v) for k, v in pairs])
+    return redact_query_key(query, REDACTED)
 
 
 def logged_request(capture: RequestCapture, redactor: Redactor) -> LoggedRequest:

@@ -18,7 +18,6 @@ record's fields are read in the worker, where the app has been imported).
 
 from __future__ import annotations
 
-import re
 import traceback
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -26,6 +25,7 @@ from typing import Any
 from gunicorn import glogging
 
 from proxy import logs
+from proxy.errors import redact_query_key
 
 
 class _Atoms(Mapping[str, Any]):
@@ -97,17 +97,14 @@ _COMMON: dict[str, Callable[[Any, dict[str, Any], Any], Any]] = {
 }
 
 
-_KEY_IN_QUERY = re.compile(r"(?i)(^|[?&])(key=)[^&]*")
-
-
 def without_key(environ: dict[str, Any]) -> dict[str, Any]:
     """The environ with a key sent in the query string (`?key=`, as Gemini clients may) blanked out of
     the URI and query the line shows: keys never reach a log line."""
     raw, query = environ.get("RAW_URI", ""), environ.get("QUERY_STRING", "")
     if "key=" not in raw.lower() and "key=" not in query.lower():
         return environ
-    return {**environ, "RAW_URI": _KEY_IN_QUERY.sub(r"\1\2REDACTED", raw),
-            "QUERY_STRING": _KEY_IN_QUERY.sub(r"\1\2REDACTED", query)}
+    return {**environ, "RAW_URI": redact_query_key(raw, "REDACTED"),
+            "QUERY_STRING": redact_query_key(query, "REDACTED")}
 
 
 class ProxyLogger(glogging.Logger):

@@ -103,7 +103,7 @@ def test_the_redactor_removes_secrets_paths_and_patterns() -> None:
     untouched = b'{"other": 1}'
     assert redactor.body(untouched) == untouched  # byte for byte when nothing matches
     assert redactor.body(b"the key sk-client", [b"sk-client"]) == b"the key [redacted]"
-    assert safe_query("alt=sse&key=AIzaSECRET") == "alt=sse&key=%5Bredacted%5D"
+    assert safe_query("alt=sse&key=AIzaSECRET") == "alt=sse&key=[redacted]"
 
 
 def test_a_redaction_rule_that_cannot_work_is_a_config_error() -> None:
