@@ -87,11 +87,12 @@ def recorded(hooks: HookSet, record: RequestRecord) -> Iterator[None]:
         raise
 
 
-def arriving_record(protocol: Protocol) -> RequestRecord:
+def arriving_record(protocol: Protocol, endpoint: str | None = None) -> RequestRecord:
     """The record of the request being handled, as it arrives (its model is read from the body
-    later), kept where the access line finds it (proxy/serving/access_log.py)."""
+    later), kept where the access line finds it (proxy/serving/access_log.py). `endpoint`: what
+    usage and metrics file it under, the protocol's name for its completion endpoint."""
     record = RequestRecord(g.request_id, client_key_name(), protocol.name, model="", stream=False,
-                           client_address=request.remote_addr)
+                           client_address=request.remote_addr, endpoint=endpoint or protocol.name)
     request.environ[ENVIRON_KEY] = record
     hooks = app_state().hooks
     if hooks.watch_arrivals:

@@ -204,7 +204,7 @@ def _refused(err: ProxyError) -> ProxyError:
     if protocol is not None and request.method == "POST" and (request.path == protocol.client.path
                                                                or protocol.client.url_routes):
         record = RequestRecord(g.request_id, client_key_name(), protocol.name, model="", stream=False,
-                               client_address=request.remote_addr)
+                               client_address=request.remote_addr, endpoint=protocol.name)
         record.finish(err.info.status, err.info.kind)
         app_state().hooks.request_done(record)
     return err

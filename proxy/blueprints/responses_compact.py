@@ -44,7 +44,8 @@ def _routes(setup: BlueprintSetupState) -> None:
 def _view(protocol: Protocol, endpoint: Endpoint) -> Callable[[], Response]:
     def relayed() -> Response:
         state = app_state()
-        record = arriving_record(protocol)
+        # Filed under its path's name below /v1/ (responses_compact), apart from the main endpoint's.
+        record = arriving_record(protocol, endpoint.rule.removeprefix("/v1/").replace("/", "_"))
         with recorded(state.hooks, record):
             body = json_body()
             body.pop("stream", None)  # the answer is one JSON body

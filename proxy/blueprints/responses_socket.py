@@ -166,7 +166,7 @@ class ResponsesSocket:
         logs.request_id.set(rid)
         state = self.state  # read once: the response runs on the config in force when it arrived
         record = RequestRecord(rid, self.key_name, self.protocol.name, model="", stream=True,
-                               client_address=self.client_address)
+                               client_address=self.client_address, endpoint=self.protocol.name)
         if state.hooks.watch_arrivals:  # the request log, tracing: each turn is a request of its own
             raw = data.encode() if isinstance(data, str) else data
             state.hooks.request_arrived(record, Arrival("WEBSOCKET", self.path, "", self.headers, lambda: raw,

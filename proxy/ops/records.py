@@ -97,6 +97,11 @@ class RequestRecord:
     model: str  # as the client asked for it
     stream: bool
     client_address: str | None = None  # REMOTE_ADDR as the access log shows it (proxy/serving/forwarded.py)
+    # What the client called: its protocol's completion endpoint by the protocol's name
+    # (chat_completions, messages, responses, gemini), or embeddings, responses_compact.
+    endpoint: str = ""
+    # The client model name that answered when a fallback did (`fallbacks:`); None: `model` itself.
+    served_model: str | None = None
     started: float = field(default_factory=time.time)  # wall clock, for accounting by the minute
     started_mono: float = field(default_factory=time.monotonic)
     upstream: str | None = None  # where the last attempt went

@@ -69,3 +69,5 @@ class Exchange:
     # client's protocol at another endpoint than the protocol's main one (Responses' `/responses/compact`);
     # None: the protocol's own path. A translated attempt always uses its upstream protocol's path.
     passthrough_path: str | None = None
+    # What is asked: a completion (chat, messages, responses, generateContent) or `embeddings`.
+    operation: str = "completion"
