@@ -166,3 +166,6 @@ class Protocol:
     provider: str = ""
     # Endpoints beside the client's main one, which the edge serves for this protocol.
     endpoints: tuple[Endpoint, ...] = ()
+    # Embeddings, when the protocol has them (its clients' endpoints, its upstreams' calls); None:
+    # routing skips its upstreams for an embeddings request.
+    embeddings: Any = None
