@@ -31,7 +31,7 @@ import logging
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import gevent
@@ -78,6 +78,9 @@ class _Held:
     amount: int
     book: PriceBook
     webhook_url: str | None  # the config's alerts.webhook_url when the request arrived
+    # Holds added when the request fell back to another model whose worst case is higher (`extend`):
+    # released, not charged, at its end — its cost is charged once, against `lines`.
+    extra: list[tuple[tuple[Line, ...], str]] = field(default_factory=list)  # (lines, lease)
 
 
 class _ConfigView:
@@ -172,6 +175,34 @@ class Budgets(Hooks):
                                        sizing.amount, book, config.alerts.webhook_url)
         self._start_renewer()
 
+    def extend(self, config: Config, record: RequestRecord, routes: Sequence[Route],
+               request: Callable[[], Request | None], tokens: Callable[[], int], body: dict[str, Any]) -> str | None:
+        """Before a request falls back to another model (proxy/relay/fallbacks.py): hold the rest of
+        that model's worst case, if it is higher than what the request holds. None when held (or no
+        budget applies); else why not — a fallback a budget cannot cover is not taken, so a budget is
+        never exceeded by one."""
+        held = self._open.get(id(record))
+        if held is None or held.record is not record:
+            return None  # not budgeted
+        sizing = size(routes, self._of(config).book, config.budgets, tokens(), request(), body)
+        if sizing.unpriced and not all(self._of(config).book.unknown_allowed(r.upstream.name)
+                                       for r in sizing.unpriced):
+            return "it has no price and the key has a USD budget"
+        more = sizing.amount - held.amount
+        if more <= 0:
+            return None
+        now = self.clock()
+        lines = windows.lines(windows.limits(held.subjects), more, now)
+        try:
+            admitted = self._call(lambda s: s.admitting(lines, []), lambda s: s.admit(lines, []))
+        except Exception as exc:
+            return f"the budget store does not answer ({type(exc).__name__})"
+        if admitted.refusal is not None:
+            return "the budget cannot hold its worst case: " + windows.message(admitted.refusal, held.key, now)
+        held.extra.append((lines, admitted.lease))
+        held.amount += more
+        return None
+
     # ------------------------------------------------------------ the request's end (a hook)
 
     def request_done(self, record: RequestRecord) -> None:
@@ -182,6 +213,8 @@ class Budgets(Hooks):
             return
         self._due.append(_Due(Charge(held.lines, held.lease, self._cost(record, held)), held.key, held.alert_at,
                               held.webhook_url))
+        for lines, lease in held.extra:  # a fallback's added holds: released, the cost was charged above
+            self._due.append(_Due(Charge(lines, lease, 0), held.key, None, held.webhook_url))
         if self._flusher is None:
             self._flusher = gevent.spawn_later(SETTLE_WITHIN, self._flush_later)
 
@@ -276,7 +309,8 @@ class Budgets(Hooks):
             self.renew()
 
     def renew(self) -> None:
-        leases = [(held.lease, sorted({line.subject for line in held.lines})) for held in list(self._open.values())]
+        leases = [(lease, sorted({line.subject for line in lines}))
+                  for held in list(self._open.values()) for lines, lease in ((held.lines, held.lease), *held.extra)]
         if not leases:
             return
         try:

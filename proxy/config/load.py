@@ -20,6 +20,7 @@ import yaml
 from proxy.config import presets as model_presets
 from proxy.config import unsupported as unsupported_fields
 from proxy.config.compaction import parse_compaction
+from proxy.config.fallbacks import parse_fallbacks
 from proxy.config.keys import parse_admin_keys, parse_audit_settings, parse_client_keys, parse_keys_settings
 from proxy.config.model import (
     MAX_TOKENS_FIELDS,
@@ -105,7 +106,8 @@ def parse(raw: Any, environ: Mapping[str, str] | None = None, source: str = "<me
             "compaction",
             "proxies", "protocol_plugins", "metrics", "logging", "usage", "state", "server",
             "pricing", "key_groups", "budget_input_margin", "budget_default_max_output_tokens", "alerts",
-            "keys", "audit", "request_log", "tracing",
+            "keys", "audit", "request_log", "tracing", "fallbacks", "context_window_fallbacks",
+            "max_attempts_total", "fallbacks_max_cost_ratio",
         },
     )
     client_keys = parse_client_keys(top.get("client_keys"), "client_keys")
@@ -155,6 +157,7 @@ def parse(raw: Any, environ: Mapping[str, str] | None = None, source: str = "<me
         alerts=parse_alerts(top.get("alerts"), "alerts"),
         keys=parse_keys_settings(top.get("keys"), "keys"),
         audit=parse_audit_settings(top.get("audit"), "audit"),
+        fallbacks=parse_fallbacks(top),
     )
 
 
@@ -196,7 +199,7 @@ def _upstream(raw: Any, path: str, default_timeouts: Timeouts, proxies: tuple[st
         path,
         {"name", "protocol", "base_url", "accounts", "models", "headers", "timeouts", "stream_usage", "reasoning",
          "max_output_tokens", "max_tokens_field", "pool", "unsupported", "prompt_cache", "provider", "pricing",
-         "tool_schema"},
+         "tool_schema", "weight"},
     )
     name = str_(required(up, "name", path), f"{path}.name")
     # Which names are protocols is the protocol registry's to say (proxy.protocols.registry.resolve).
@@ -234,6 +237,7 @@ def _upstream(raw: Any, path: str, default_timeouts: Timeouts, proxies: tuple[st
         proxies=proxies,
         provider=None if up.get("provider") is None else str_(up["provider"], f"{path}.provider").lower(),
         pricing=parse_pricing(up.get("pricing"), f"{path}.pricing"),
+        weight=number(up.get("weight", 1), f"{path}.weight", minimum=0),
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from proxy.config.fallbacks import FallbackSettings
 from proxy.config.keys import AuditSettings, ClientKey, KeysSettings
 from proxy.config.money import Alerts, BudgetSettings, KeyGroup, Pricing
 from proxy.config.observability import LoggingConfig, MetricsConfig
@@ -122,6 +123,9 @@ class Upstream:
     # from base_url by proxy/money/prices.py.
     provider: str | None = None
     pricing: Pricing = field(default_factory=Pricing)  # this upstream's own prices, over the top level's
+    # Its share of a model's first attempts among the upstreams that serve it (proxy/routing.py);
+    # 0: tried only after every other upstream of the model failed.
+    weight: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -158,3 +162,5 @@ class Config:
     alerts: Alerts = field(default_factory=Alerts)  # where budget alerts are POSTed
     keys: KeysSettings = field(default_factory=KeysSettings)  # runtime keys: their prefix and pepper
     audit: AuditSettings = field(default_factory=AuditSettings)  # how long the audit trail is kept
+    # Model fallbacks and the cap on a request's upstream calls (proxy/config/fallbacks.py).
+    fallbacks: FallbackSettings = field(default_factory=FallbackSettings)

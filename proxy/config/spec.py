@@ -17,6 +17,7 @@ from proxy.config.observability import LOG_FORMATS
 from proxy.config.observability_spec import REQUEST_LOG, TRACING
 from proxy.config.pool import ACTIONS, POLICIES
 from proxy.config.presets import PRESETS
+from proxy.config.routing_spec import FALLBACK_TOP_LEVEL, UPSTREAM_WEIGHT
 from proxy.config.spec_parts import (
     BOOLEAN,
     ENV,
@@ -242,6 +243,7 @@ UPSTREAM = Section((
        applies=("upstreams.0.tool_schema", "json_schema")),
     PROVIDER,
     _k("pricing", PRICING, "This upstream's own prices, over the top-level `pricing`."),
+    UPSTREAM_WEIGHT,
 ))
 
 SENTINEL = Section((
@@ -382,4 +384,5 @@ SPEC = Section((
        "Python modules imported at start, each registering one more protocol — its client endpoint and its "
        "`protocol:` value (docs/architecture.md §4.6). Cannot change on a reload."),
     *MONEY_TOP_LEVEL,
+    *FALLBACK_TOP_LEVEL,
 ))

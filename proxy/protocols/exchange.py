@@ -22,6 +22,9 @@ from proxy.config import Upstream
 from proxy.ir.request import Request
 
 
+EMBEDDINGS = "embeddings"  # Exchange.operation of an embeddings request (completion requests: "completion")
+
+
 @dataclass(frozen=True)
 class Compaction:
     """The answer is a compaction the proxy performs (a summary, sealed): what the client's codec

@@ -22,7 +22,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from proxy.config import Config
@@ -31,9 +31,11 @@ from proxy.ir.response import Usage
 from proxy.ops.hooks import Hooks, HookSet
 from proxy.ops.records import OK, RequestRecord
 from proxy.pool.pool import AccountPool
-from proxy.protocols.exchange import Exchange
+from proxy.protocols import registry
+from proxy.protocols.exchange import EMBEDDINGS, Exchange
 from proxy.relay.affinity import Affinity
 from proxy.relay.attempt import Attempt, AttemptKit, DecodedOnce, NextAccount, RelayResult
+from proxy.relay.fallbacks import UNSERVED, FallbackGate, ModelFailed, Walk, reason_for
 from proxy.relay.first_byte import FirstByteBudget, all_timed_out_message, out_of_time_message
 from proxy.relay.transport import Transport
 from proxy.relay.unsupported_fields import UnsupportedFields
@@ -43,7 +45,9 @@ from proxy.streaming import ClientGone, hangup_aborts
 log = logging.getLogger("proxy.relay")
 
 # RelayResult is defined beside the attempt that builds it; callers of the loop take it from here.
-__all__ = ["Relay", "RelayResult"]
+__all__ = ["MODEL_HEADER", "Relay", "RelayResult"]
+
+MODEL_HEADER = "x-llm-proxy-model"  # the client model name that answered: the one asked for, or a fallback
 
 
 class _CloseRecord:
@@ -67,6 +71,21 @@ class _CloseRecord:
 
 
 @dataclass
+class _Run:
+    """What one request's attempts share, across its routes and fallback models: the first-byte
+    budget, the attempt kit, the IR decoded once, its record and stream-end callback, and the count
+    of upstream calls made against `max_attempts_total` (`cap`)."""
+
+    budget: FirstByteBudget
+    kit: AttemptKit
+    decoded: DecodedOnce
+    record: RequestRecord | None
+    stream_ended: _CloseRecord | None
+    cap: int
+    calls: int = 0
+
+
+@dataclass
 class Relay:
     config: Config
     router: Router
@@ -78,24 +97,74 @@ class Relay:
     hooks: Hooks = field(default_factory=HookSet)  # told of every attempt and every stream (proxy.ops)
     affinity: Affinity | None = None  # conversations kept on the account of their last turn
 
-    def handle(self, ex: Exchange, record: RequestRecord | None = None) -> RelayResult:
+    def handle(self, ex: Exchange, record: RequestRecord | None = None,
+               gate: FallbackGate | None = None) -> RelayResult:
         """The client's answer to `ex`, or a ProxyError. `record` is filled in here, from what each
         attempt returns or raises and the `AttemptRecord` it told the hooks (where the request went,
         what it cost, when its first byte left) — attempts never write it; a stream's record is
-        closed, and the hooks told, when the stream ends — the caller closes the others."""
-        routes = self.router.resolve(ex.model)
-        if not routes:
-            raise ProxyError(404, f"The model {ex.model!r} is not served by this proxy; GET /v1/models lists "
-                                  "the models it serves.", "not_found", code="model_not_found", param="model")
+        closed, and the hooks told, when the stream ends — the caller closes the others. `gate`:
+        which fallback models this request may take (its key's, its budget's; §5.8) — without one,
+        none."""
+        routes = self._routes(ex, ex.model)
         # Only a stream's wait is bounded across attempts: a non-streamed answer's first byte is
         # the whole answer, which may take as long as the generation (each attempt has `read`).
         budget = FirstByteBudget(self.config.timeouts.first_byte_total if ex.stream else None, self.clock)
         kit = AttemptKit(self.transport, self.pools, self.clock, self.hooks, self.secrets, self.unsupported,
                          self.config.streaming, self.config.max_response_bytes)
-        decoded = DecodedOnce()  # the IR, decoded by the first attempt that translates
         # Told when a stream this request began closes (held by the stream: an object, not a closure).
-        stream_ended = _CloseRecord(record, self.hooks) if record is not None else None
+        run = _Run(budget, kit, DecodedOnce(), record, _CloseRecord(record, self.hooks) if record is not None else None,
+                   self.config.fallbacks.max_attempts_total)
+        walk = Walk(self.config.fallbacks, ex.model)
+        while True:
+            try:
+                result = self._serve(ex, routes, run)
+            except ModelFailed as failed:
+                if failed.reason is None or gate is None or run.calls >= run.cap:
+                    raise failed.error from None
+                taken = self._fallback(ex, walk, failed, gate)
+                if taken is None:
+                    raise failed.error from None
+                ex, routes = taken
+                continue
+            result.headers[MODEL_HEADER] = ex.model
+            if record is not None and ex.model != walk.requested:
+                record.served_model = ex.model
+            return result
 
+    def _routes(self, ex: Exchange, model: str) -> list[Route]:
+        """The routes of `model` for what `ex` asks (§5.1); a 404 when no upstream serves it."""
+        routes = self.router.routes_to_try(model)
+        if not routes:
+            raise ProxyError(404, f"The model {model!r} is not served by this proxy; GET /v1/models lists "
+                                  "the models it serves.", "not_found", code="model_not_found", param="model")
+        if ex.operation == EMBEDDINGS:  # only upstreams whose protocol has embeddings serve them
+            serving = [r for r in routes if registry.get(r.upstream.protocol).embeddings is not None]
+            if not serving:
+                kinds = ", ".join(sorted({r.upstream.protocol for r in routes}))
+                raise ProxyError(400, f"The model {model!r} is served here only by upstreams whose protocol has no "
+                                      f"embeddings endpoint ({kinds}); ask for an embeddings model of an "
+                                      "OpenAI-compatible or Gemini upstream.", "invalid_request",
+                                 code="model_not_embeddings", param="model")
+            routes = serving
+        return routes
+
+    def _fallback(self, ex: Exchange, walk: Walk, failed: ModelFailed,
+                  gate: FallbackGate) -> tuple[Exchange, list[Route]] | None:
+        """The next model `ex` may fall back to after `failed`, with its routes; None when none is left."""
+        for model in walk.candidates(failed.reason or UNSERVED):
+            walk.tried.append(model)
+            routes = self.router.routes_to_try(model)
+            why_not = "no upstream serves it" if not routes else gate(model, routes)
+            if why_not is None:
+                log.info("fallback rid=%s from=%s to=%s because=%s (%s)", ex.request_id, ex.model, model,
+                         failed.reason, failed.error.info.message[:200])
+                return replace(ex, model=model), routes
+            log.info("fallback skipped rid=%s from=%s to=%s: %s", ex.request_id, ex.model, model, why_not)
+        return None
+
+    def _serve(self, ex: Exchange, routes: list[Route], run: _Run) -> RelayResult:
+        """`ex` on `routes` in turn, accounts per route (§5.1): the answer, or ModelFailed."""
+        record, budget = run.record, run.budget
         failures: list[NextAccount] = []
         for route in routes:
             pool = self.pools[route.upstream.name]
@@ -106,14 +175,15 @@ class Relay:
                 if record is not None and conversation is not None:
                     record.conversation_id = conversation
             tried: set[str] = set()
-            while len(tried) < pool.settings.max_attempts:
+            while len(tried) < pool.settings.max_attempts and run.calls < run.cap:
                 if budget.spent():
                     raise self._out_of_time(ex, budget, failures)
                 lease = pool.lease(tried, prefer)
                 if lease is None:
                     break
                 tried.add(lease.account.id)
-                attempt = Attempt(kit, ex, route, lease, budget, record, decoded, stream_ended)
+                run.calls += 1
+                attempt = Attempt(run.kit, ex, route, lease, budget, record, run.decoded, run.stream_ended)
                 try:
                     try:
                         with hangup_aborts(ex.client_socket):
@@ -134,12 +204,15 @@ class Relay:
                              ex.request_id, route.upstream.name, lease.account.id)
                     raise ProxyError(499, "The client closed the connection before the answer began.",
                                      "invalid_request") from None
+                except ProxyError as err:
+                    lease.release()  # the attempt's answer for the client: released if it was not already
+                    raise ModelFailed(err, reason_for(err, attempt.told.klass if attempt.told else None)) from None
                 except BaseException:
                     lease.release()  # the request itself is at fault (or the proxy is): the account is free
                     raise
         if budget.spent():
             raise self._out_of_time(ex, budget, failures)
-        raise self._unserved(ex, routes, failures)
+        raise ModelFailed(self._unserved(ex, routes, failures, run.calls >= run.cap), UNSERVED)
 
     def _answered(self, record: RequestRecord, result: RelayResult) -> None:
         """The request's record learns what the attempt that answered returned."""
@@ -155,8 +228,17 @@ class Relay:
         log.info("first byte deadline rid=%s: %s", ex.request_id, message)
         return ProxyError(504, message, "timeout")
 
-    def _unserved(self, ex: Exchange, routes: list[Route], failures: list[NextAccount]) -> ProxyError:
-        """No account served the request: say why, in terms the operator can act on."""
+    def _unserved(self, ex: Exchange, routes: list[Route], failures: list[NextAccount],
+                  capped: bool = False) -> ProxyError:
+        """No account served the request: say why, in terms the operator can act on. `capped`: the
+        request made `max_attempts_total` upstream calls, which the message says."""
+        error = self._why_unserved(ex, routes, failures)
+        if capped:
+            error.info.message += (f" The request made {self.config.fallbacks.max_attempts_total} upstream calls, "
+                                   "the most one may (max_attempts_total).")
+        return error
+
+    def _why_unserved(self, ex: Exchange, routes: list[Route], failures: list[NextAccount]) -> ProxyError:
         if len(failures) > 1 and all(f.tried.waited is not None for f in failures):
             return ProxyError(504, all_timed_out_message([f.tried for f in failures]), "timeout")
         if failures and all(f.network or f.action == "next" for f in failures):
