@@ -21,7 +21,6 @@ from typing import Any, Protocol
 from proxy.config import Upstream
 from proxy.ir.request import Request
 
-
 EMBEDDINGS = "embeddings"  # Exchange.operation of an embeddings request (completion requests: "completion")
 
 
