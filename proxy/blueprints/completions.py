@@ -23,6 +23,7 @@ from flask import Blueprint, Response, g, request
 
 from proxy import conversations
 from proxy.blueprints.auth import check_model
+from proxy.blueprints.fallback_gate import fallback_gate
 from proxy.blueprints.http import (
     client_key,
     client_key_name,
@@ -42,15 +43,17 @@ from proxy.ops.log_lines import ENVIRON_KEY
 from proxy.ops.records import OK, Arrival, RequestRecord
 from proxy.protocols.codec import ClientSide, Protocol
 from proxy.protocols.exchange import Exchange
+from proxy.relay.fallbacks import FallbackGate
 
 
 def admit(state: AppState, entry: ClientKey | None, client: ClientSide, record: RequestRecord,
-          body: dict[str, Any]) -> None:
+          body: dict[str, Any]) -> FallbackGate | None:
     """What the client's key allows, checked before any upstream: a model outside its `models`
     (403), a request over one of its `limits` (429; else reserved until the request ends,
     proxy.limits), over its own or its groups' USD budgets (the protocol's "out of credit" answer;
     else its worst case reserved until it ends, proxy.budgets). Every way in to a completion calls
-    it — this endpoint, the Responses WebSocket, compaction — so no transport skips them."""
+    it — this endpoint, the Responses WebSocket, compaction — so no transport skips them. Returns
+    the gate the relay asks before it falls back to another model (None: no fallbacks configured)."""
     check_model(entry, record.model)
     decoded = functools.cache(lambda: client.decode_request(body))
     record.decoded = decoded
@@ -64,6 +67,8 @@ def admit(state: AppState, entry: ClientKey | None, client: ClientSide, record: 
         if status is not None:  # the status this protocol's API answers the kind with
             err.info.status = status
         raise
+    return fallback_gate(state, config, entry, record, lambda: _or_none(decoded), lambda: estimate(decoded, body),
+                         body)
 
 
 def _or_none(decode: Callable[[], Request]) -> Request | None:
@@ -117,14 +122,14 @@ def completions_blueprint(protocol: Protocol) -> Blueprint:
             body = body_of()
             client.validate(body)
             record.model, record.stream = client.model_and_stream(body)
-            admit(state, client_key(), client, record, body)
+            gate = admit(state, client_key(), client, record, body)
             headers = {name: value for name in client.forwarded_headers if (value := request.headers.get(name))}
             conversation = conversations.for_request(client, body, state.response_store)
             ex = Exchange(protocol=protocol.name, body=body, model=record.model, stream=record.stream,
                           request_id=g.request_id, headers=headers, client_socket=client_socket(),
                           conversation=conversation,
                           request_headers={k.lower(): v for k, v in request.headers.items()})
-            result = state.relay.handle(ex, record)
+            result = state.relay.handle(ex, record, gate)
         if isinstance(result.body, bytes):  # a stream's record ends with it
             state.hooks.finish(record, result.status, OK)
         return relay_response(result)

@@ -51,13 +51,13 @@ def _view(protocol: Protocol, endpoint: Endpoint) -> Callable[[], Response]:
             body.pop("stream", None)  # the answer is one JSON body
             protocol.client.validate(body)
             record.model = body["model"]
-            admit(state, client_key(), protocol.client, record, body)
+            gate = admit(state, client_key(), protocol.client, record, body)
             conversation = conversations.for_request(protocol.client, body, state.response_store,
                                                      compact=endpoint.compacts)
             ex = Exchange(protocol=protocol.name, body=body, model=record.model, stream=False,
                           request_id=g.request_id, client_socket=client_socket(), conversation=conversation,
                           passthrough_path=endpoint.upstream_path)
-            result = state.relay.handle(ex, record)
+            result = state.relay.handle(ex, record, gate)
         state.hooks.finish(record, result.status, OK)
         return relay_response(result)
 

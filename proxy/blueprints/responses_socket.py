@@ -224,7 +224,7 @@ class ResponsesSocket:
                              "authentication")
         client.validate(body)
         record.model = body["model"]
-        admit(state, entry, client, record, body)  # the key's models (403) and limits (429), as over HTTP
+        gate = admit(state, entry, client, record, body)  # the key's models (403) and limits (429), as over HTTP
         log.debug("response.create rid=%s generate=%s previous_response_id=%s store=%s input=%s", rid, generate,
                   "yes" if body.get("previous_response_id") else "no", body.get("store", True),
                   ",".join(str(i.get("type") or "message") for i in body.get("input") or [] if isinstance(i, dict)))
@@ -247,7 +247,7 @@ class ResponsesSocket:
         try:
             if not self.ws.connected:
                 raise ClientGone
-            result: RelayResult = state.relay.handle(ex, record)
+            result: RelayResult = state.relay.handle(ex, record, gate)
             return result
         finally:
             self._relaying = None

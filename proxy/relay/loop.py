@@ -115,21 +115,37 @@ class Relay:
         run = _Run(budget, kit, DecodedOnce(), record, _CloseRecord(record, self.hooks) if record is not None else None,
                    self.config.fallbacks.max_attempts_total)
         walk = Walk(self.config.fallbacks, ex.model)
+        first: ModelFailed | None = None  # the requested model's failure: what the client is told
+        fallen: list[str] = []  # each fallback that failed too, as the message names it
         while True:
             try:
                 result = self._serve(ex, routes, run)
             except ModelFailed as failed:
-                if failed.reason is None or gate is None or run.calls >= run.cap:
-                    raise failed.error from None
-                taken = self._fallback(ex, walk, failed, gate)
+                if first is None:
+                    first = failed
+                else:
+                    fallen.append(f"{ex.model!r} (HTTP {failed.error.info.status})")
+                taken = None
+                if failed.reason is not None and gate is not None and run.calls < run.cap:
+                    taken = self._fallback(ex, walk, failed, gate)
                 if taken is None:
-                    raise failed.error from None
+                    raise self._finally_unserved(first.error, fallen, run) from None
                 ex, routes = taken
                 continue
             result.headers[MODEL_HEADER] = ex.model
             if record is not None and ex.model != walk.requested:
                 record.served_model = ex.model
             return result
+
+    def _finally_unserved(self, error: ProxyError, fallen: list[str], run: _Run) -> ProxyError:
+        """The requested model's failure — its status and Retry-After are what the client should act
+        on — saying which fallbacks failed too and when the cap on upstream calls stopped it."""
+        if fallen:
+            error.info.message += f" Its fallbacks failed too: {', '.join(fallen)}."
+        if run.calls >= run.cap:
+            error.info.message += (f" The request made {run.cap} upstream calls, the most one may "
+                                   "(max_attempts_total).")
+        return error
 
     def _routes(self, ex: Exchange, model: str) -> list[Route]:
         """The routes of `model` for what `ex` asks (§5.1); a 404 when no upstream serves it."""
@@ -212,7 +228,7 @@ class Relay:
                     raise
         if budget.spent():
             raise self._out_of_time(ex, budget, failures)
-        raise ModelFailed(self._unserved(ex, routes, failures, run.calls >= run.cap), UNSERVED)
+        raise ModelFailed(self._unserved(ex, routes, failures), UNSERVED)
 
     def _answered(self, record: RequestRecord, result: RelayResult) -> None:
         """The request's record learns what the attempt that answered returned."""
@@ -228,17 +244,8 @@ class Relay:
         log.info("first byte deadline rid=%s: %s", ex.request_id, message)
         return ProxyError(504, message, "timeout")
 
-    def _unserved(self, ex: Exchange, routes: list[Route], failures: list[NextAccount],
-                  capped: bool = False) -> ProxyError:
-        """No account served the request: say why, in terms the operator can act on. `capped`: the
-        request made `max_attempts_total` upstream calls, which the message says."""
-        error = self._why_unserved(ex, routes, failures)
-        if capped:
-            error.info.message += (f" The request made {self.config.fallbacks.max_attempts_total} upstream calls, "
-                                   "the most one may (max_attempts_total).")
-        return error
-
-    def _why_unserved(self, ex: Exchange, routes: list[Route], failures: list[NextAccount]) -> ProxyError:
+    def _unserved(self, ex: Exchange, routes: list[Route], failures: list[NextAccount]) -> ProxyError:
+        """No account served the request: say why, in terms the operator can act on."""
         if len(failures) > 1 and all(f.tried.waited is not None for f in failures):
             return ProxyError(504, all_timed_out_message([f.tried for f in failures]), "timeout")
         if failures and all(f.network or f.action == "next" for f in failures):
