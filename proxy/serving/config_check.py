@@ -2,7 +2,8 @@
 
 Owns two checks: `checked(path)` — the file loaded and validated, every upstream's protocol
 resolved against the registry (plugins imported), the `redis` package or the `otel` extra present
-when the config needs them — and `for_reload(current, path)`, which also refuses what a running
+when the config needs them, every fallback model served by some upstream — and
+`for_reload(current, path)`, which also refuses what a running
 proxy cannot take from a new file: another `state_path` (its workers share that file, and switching
 it under them would split the pool's state) or another `state:` section (the Redis every worker's
 stores are connected to), other `protocol_plugins` (a protocol's endpoint is set up when the app is
@@ -31,6 +32,7 @@ from proxy.config import Config, ConfigError, load
 from proxy.config.load import load_text
 from proxy.config.tracing import MISSING_EXTRA as TRACING_EXTRA
 from proxy.protocols import registry
+from proxy.routing import upstream_model
 from proxy.state.redis_connection import MISSING_PACKAGE
 
 # What a running proxy set up from the config when it started, and cannot take from a reloaded file:
@@ -67,7 +69,20 @@ def checked(path: str, text: str | None = None) -> Config:
         raise ConfigError("state.backend", MISSING_PACKAGE)
     if config.tracing.enabled and not _installed("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http"):
         raise ConfigError("tracing.enabled", TRACING_EXTRA)
+    _fallbacks_served(config)
     return config
+
+
+def _fallbacks_served(config: Config) -> None:
+    """Every fallback model is one some upstream serves (routing is static: one that none serves
+    could never answer, so it is a typo)."""
+    for key, chains in (("fallbacks", config.fallbacks.fallbacks),
+                        ("context_window_fallbacks", config.fallbacks.context_window)):
+        for pattern, models in chains:
+            for i, model in enumerate(models):
+                if not any(upstream_model(u, model) is not None for u in config.upstreams):
+                    raise ConfigError(f"{key}.{pattern}[{i}]", f"no upstream serves the model {model!r} (check "
+                                                               "each upstream's models.serve, aliases and renames)")
 
 
 def _installed(*modules: str) -> bool:

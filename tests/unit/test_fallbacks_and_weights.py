@@ -65,3 +65,13 @@ def test_weights_take_turns_exactly_and_weight_zero_comes_last() -> None:
     assert [r.upstream.name for r in router.resolve("m")] == ["u0", "u1", "u2"]  # config order, no turn taken
     plain = Router(config(upstreams=[{}, {}]).upstreams)
     assert {plain.routes_to_try("m")[0].upstream.name for _ in range(10)} == {"u0"}  # every weight 1: config order
+
+
+def test_check_config_refuses_a_fallback_no_upstream_serves() -> None:
+    from proxy.serving.config_check import checked
+    text = ("client_keys: [k]\nupstreams:\n  - {name: u, protocol: chat_completions, base_url: 'http://127.0.0.1:9',"
+            " models: {serve: ['gpt-*']}, accounts: [{id: a, api_key: s}]}\n")
+    assert checked("c.yaml", text + "fallbacks: {gpt-5: [gpt-5-mini]}\n").fallbacks.for_model("gpt-5") == ("gpt-5-mini",)
+    with pytest.raises(ConfigError) as err:
+        checked("c.yaml", text + "fallbacks: {gpt-5: [gpt-5-mini, claude-sonnet-4-6]}\n")
+    assert str(err.value).startswith("fallbacks.gpt-5[1]") and "'claude-sonnet-4-6'" in str(err.value)
