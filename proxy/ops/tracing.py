@@ -11,10 +11,10 @@ answered), the answer's id and finish reason, the sampling settings asked for, t
 cache and reasoning counts), the conversation affinity keyed it by, `error.type` — and only it: a
 CLIENT span says which account was tried and how that went, so a tool that sums tokens over GenAI
 spans counts each request once. The time to the first chunk is an event (`llm_proxy.first_chunk`,
-stamped when it happened: nothing runs per chunk). Names: `"{gen_ai.operation.name} {gen_ai.request.model}"`, operation `chat`;
-`gen_ai.provider.name` from the protocol (`Protocol.provider`) or a known upstream host; the
-proxy's own as `llm_proxy.*` (the key's name, never a key). The messages sent only with
-`capture_content`.
+stamped when it happened: nothing runs per chunk). Names:
+`"{gen_ai.operation.name} {gen_ai.request.model}"`, operation `chat`; `gen_ai.provider.name` from
+the protocol (`Protocol.provider`) or a known upstream host; the proxy's own as `llm_proxy.*` (the
+key's name, never a key). The messages sent only with `capture_content`.
 
 Spans leave through a BatchSpanProcessor (its own greenlet under gevent: off the request path) to
 an OTLP/HTTP exporter wrapped in `OneLineExporter`: a collector that is down costs no request, and
