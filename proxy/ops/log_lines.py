@@ -43,11 +43,13 @@ def _ms(seconds: float | None) -> float | None:
 
 
 def request_fields(record: RequestRecord) -> dict[str, Any]:
-    """What an access line says about a completion request, beyond HTTP: who asked for which model,
-    where it went, how it ended, its timings and its tokens (null when the upstream reported none)."""
+    """What an access line says about a completion request, beyond HTTP: who asked for which model
+    at which endpoint, where it went, how it ended, its timings and its tokens (null when the upstream
+    reported none) — and, only when a fallback answered, the model that served (`served_model`)."""
     usage = record.usage
-    return {
-        "client_key": record.client_key, "client_protocol": record.client_protocol, "model": record.model,
+    fields = {
+        "client_key": record.client_key, "client_protocol": record.client_protocol,
+        "endpoint": record.endpoint or record.client_protocol, "model": record.model,
         "stream": record.stream, "upstream": record.upstream, "account": record.account,
         "upstream_model": record.upstream_model, "outcome": record.outcome, "attempts": record.attempts,
         "first_byte_ms": _ms(record.first_byte_s), "duration_ms": _ms(record.duration_s),
@@ -56,6 +58,9 @@ def request_fields(record: RequestRecord) -> dict[str, Any]:
         "cached_tokens": usage.cache_read_tokens if usage else None,
         "reasoning_tokens": usage.reasoning_tokens if usage else None,
     }
+    if record.served_model:
+        fields["served_model"] = record.served_model
+    return fields
 
 
 class LogLines(Hooks):

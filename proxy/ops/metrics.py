@@ -2,7 +2,8 @@
 
 Owns the metric names, their labels and how a record becomes samples:
 
-  llm_proxy_requests_total{client_protocol,upstream,model,outcome}     counter, one per request
+  llm_proxy_requests_total{client_protocol,endpoint,upstream,model,     counter, one per request
+                           served_model,outcome}
   llm_proxy_upstream_attempts_total{upstream,account,outcome}           counter, one per attempt
   llm_proxy_tokens_total{client_key,upstream,model,kind}                counter; kind = input, output,
                                                                         cached, reasoning
@@ -12,8 +13,8 @@ Owns the metric names, their labels and how a record becomes samples:
   llm_proxy_cache_saved_usd_total{client_key,upstream}                  counter, dollars cache reads saved
   llm_proxy_budget_alerts_total{subject,window}                         counter, one per budget window crossing
                                                                         its alert_at (subject: key:<name>, group:<name>)
-  llm_proxy_time_to_first_byte_seconds{client_protocol,upstream}        histogram (answered requests)
-  llm_proxy_request_duration_seconds{client_protocol,upstream}          histogram
+  llm_proxy_time_to_first_byte_seconds{client_protocol,endpoint,upstream}  histogram (answered requests)
+  llm_proxy_request_duration_seconds{client_protocol,endpoint,upstream}    histogram
   llm_proxy_active_streams                                              gauge, streams open now
   llm_proxy_workers                                                     gauge, worker processes alive
   llm_proxy_account_state{upstream,account,state}                       gauge, 1 for the current state
@@ -29,10 +30,12 @@ at scrape time, which every worker's pool follows through the shared store.
 
 Label values are bounded, since each distinct value is a series kept for ever: upstreams and
 accounts come from the config (and the admin API), outcomes from the error kinds and failure
-classes, client keys are the keys' names (never a key). Models are the names clients send, which
-are arbitrary: a name gets a series of its own only if the router serves it, it is at most
-MAX_MODEL_NAME characters long and this worker has labelled fewer than MAX_MODELS names so far;
-anything else counts as "other". A request that never reached an upstream has upstream "none".
+classes, endpoints from the edge (each protocol's completion endpoint by the protocol's name,
+`embeddings`, `responses_compact`), client keys are the keys' names (never a key). Models — the one
+asked for, and the one that served (`served_model`: the same unless a fallback answered) — are
+the names clients send, which are arbitrary: a name gets a series of its own only if the router
+serves it, it is at most MAX_MODEL_NAME characters long and this worker has labelled fewer than
+MAX_MODELS names so far; anything else counts as "other". A request that never reached an upstream has upstream "none".
 Must not import Flask, requests or gevent.
 """
 
@@ -196,7 +199,9 @@ class Metrics(Hooks):
         self.live, self.served = live, served
         registry = None if live.path else live.registry
         self.requests = Counter("llm_proxy_requests", "Requests answered, by how they ended (ok, client_gone, "
-                                "or the error kind).", ["client_protocol", "upstream", "model", "outcome"],
+                                "or the error kind); served_model: the client model that answered (model unless "
+                                "a fallback did).",
+                                ["client_protocol", "endpoint", "upstream", "model", "served_model", "outcome"],
                                 registry=registry)
         self.attempts = Counter("llm_proxy_upstream_attempts", "Attempts on upstream accounts, by outcome (ok, "
                                 "or the failure class).", ["upstream", "account", "outcome"], registry=registry)
@@ -211,10 +216,10 @@ class Metrics(Hooks):
                                    "saved, in US dollars: cached tokens * (input - cached input price).",
                                    ["client_key", "upstream"], registry=registry)
         self.ttfb = Histogram("llm_proxy_time_to_first_byte_seconds", "From a request's arrival to the first "
-                              "byte of its answer (answered requests).", ["client_protocol", "upstream"],
+                              "byte of its answer (answered requests).", ["client_protocol", "endpoint", "upstream"],
                               buckets=TTFB_BUCKETS, registry=registry)
         self.duration = Histogram("llm_proxy_request_duration_seconds", "From a request's arrival to its end "
-                                  "(a stream's last byte).", ["client_protocol", "upstream"],
+                                  "(a stream's last byte).", ["client_protocol", "endpoint", "upstream"],
                                   buckets=DURATION_BUCKETS, registry=registry)
         self.budget_alerts = Counter("llm_proxy_budget_alerts", "USD budget windows that crossed their alert_at "
                                      "share (subject: key:<name> or group:<name>).", ["subject", "window"],
@@ -249,7 +254,9 @@ class Metrics(Hooks):
     def request_done(self, record: RequestRecord) -> None:
         upstream = record.upstream or NO_UPSTREAM
         model = self.model_label(record.model)
-        self._child(self.requests, record.client_protocol, upstream, model, record.outcome).inc()
+        endpoint = record.endpoint or record.client_protocol
+        served = self.model_label(record.served_model) if record.served_model else model
+        self._child(self.requests, record.client_protocol, endpoint, upstream, model, served, record.outcome).inc()
         usage = record.usage
         if usage is not None:
             for kind, count in (("input", usage.input_tokens), ("output", usage.output_tokens),
@@ -264,9 +271,9 @@ class Metrics(Hooks):
             elif usage.input_tokens or usage.output_tokens:
                 self._child(self.cost_unknown, record.client_key, upstream, model).inc()
         if record.first_byte_s is not None:
-            self._child(self.ttfb, record.client_protocol, upstream).observe(record.first_byte_s)
+            self._child(self.ttfb, record.client_protocol, endpoint, upstream).observe(record.first_byte_s)
         if record.duration_s is not None:
-            self._child(self.duration, record.client_protocol, upstream).observe(record.duration_s)
+            self._child(self.duration, record.client_protocol, endpoint, upstream).observe(record.duration_s)
 
     def model_label(self, model: str) -> str:
         label = self._models.get(model)

@@ -1,8 +1,9 @@
 """The recent-requests list behind the status page: the last requests this host finished, shared
 by its workers, without bodies and without keys.
 
-Owns what an entry says (request id, arrival, key name, client address, protocol, models,
-upstream, account, stream, status, outcome, attempts, first byte, duration, tokens, cost) and its JSON form for
+Owns what an entry says (request id, arrival, key name, client address, protocol, endpoint, models
+— as asked, as sent upstream, and the model that served when a fallback did —, upstream, account,
+stream, status, outcome, attempts, first byte, duration, tokens, cost) and its JSON form for
 `GET /admin/requests`. Entries go to the store with the next usage commit rather than a commit of
 their own (`wait=False`, proxy/ops/usage_writer.py): wired before usage accounting, a request's
 entry and its usage land in the same transaction.
@@ -38,12 +39,15 @@ def recent_entry(record: RequestRecord) -> RecentEntry:
         outcome=record.outcome, attempts=record.attempts, first_byte_ms=milliseconds(record.first_byte_s),
         duration_ms=milliseconds(record.duration_s), input_tokens=usage.input_tokens if usage else 0,
         output_tokens=usage.output_tokens if usage else 0, client_address=record.client_address,
-        cost_micros=record.cost_micros)
+        cost_micros=record.cost_micros, endpoint=record.endpoint or record.client_protocol,
+        served_model=record.served_model)
 
 
 def entry_json(entry: RecentEntry) -> dict[str, Any]:
     return {"request_id": entry.request_id, "time": iso_time(entry.time, milliseconds=True),
-            "client_key": entry.client_key, "client_protocol": entry.client_protocol, "model": entry.model,
+            "client_key": entry.client_key, "client_protocol": entry.client_protocol,
+            "endpoint": entry.endpoint or entry.client_protocol,  # an entry from before: its protocol's
+            "model": entry.model, "served_model": entry.served_model,
             "upstream_model": entry.upstream_model, "upstream": entry.upstream, "account": entry.account,
             "stream": entry.stream, "status": entry.status, "outcome": entry.outcome, "attempts": entry.attempts,
             "first_byte_ms": entry.first_byte_ms, "duration_ms": entry.duration_ms,

@@ -4,7 +4,9 @@ every request of all of them.
 
 Owns the Redis layout of usage and what happens while Redis is away. Under the configured prefix:
 `usage:<minute>` a hash per minute, one field per (dimensions, counter) — `<JSON array of the
-dimensions>|<counter>` — added to with HINCRBY; `usage-minutes` a sorted set of the minutes that
+dimensions>|<counter>`, the dimensions in `DIMENSIONS` order — added to with HINCRBY (a field written
+before a dimension was added is an array short of it, read back with that dimension's default:
+`_row`); `usage-minutes` a sorted set of the minutes that
 have figures, so a query reads only those of its window (one HGETALL each, in one pipeline) and a
 retention purge finds what to drop; `recent` a list of JSON entries, newest first, trimmed to
 `RECENT_CAP`; `usage-applied:<writer>` the sequence number of the last batch this store instance
@@ -46,6 +48,7 @@ from proxy.ops.usage_store import (
     UsageQuery,
     UsageRow,
     merged,
+    with_defaults,
 )
 from proxy.state.health import StoreHealth
 from proxy.state.redis_connection import connect, key, unreachable_errors
@@ -187,7 +190,7 @@ class RedisUsageStore:
                 dims, _, name = field.rpartition(b"|")
                 row = by_dims.get(dims)
                 if row is None:
-                    row = by_dims[dims] = UsageRow(minute, *json.loads(dims))
+                    row = by_dims[dims] = _row(minute, dims)
                 setattr(row, name.decode(), int(value))
             rows.add(list(by_dims.values()), [])
         return rows.query(query)
@@ -200,6 +203,15 @@ class RedisUsageStore:
             raise _unavailable() from None
         self.health.ok()
         return [RecentEntry(**json.loads(item)) for item in raw]
+
+
+def _row(minute: int, dims: bytes) -> UsageRow:
+    """A row (no counters yet) from a field's dimensions. Fields written before the price version
+    (9 values) or the endpoint and served model (10) were dimensions are arrays short of them: the
+    price version is then '', the endpoint the client protocol, the served model the model."""
+    values = json.loads(dims)
+    row = UsageRow(minute, *values)
+    return row if len(values) == len(DIMENSIONS) else with_defaults(row)
 
 
 def _unavailable() -> ProxyError:

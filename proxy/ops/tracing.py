@@ -6,15 +6,15 @@ W3C `traceparent` — and puts a `RequestTrace` on the record; each attempt star
 under it, whose context goes to the upstream as `traceparent` (`attempt_started`, called by the
 attempt); an attempt that failed or answered whole ends its span when the `attempt` hook hears of
 it, a streamed one when the request ends. When the request ends the SERVER span gets what the
-request turned out to be — the model asked and served, the answer's id and finish reason, the
-sampling settings asked for, the usage (with the cache and reasoning counts), the conversation
-affinity keyed it by, `error.type` — and only it: a CLIENT span says which account was tried and
-how that went, so a tool that sums tokens over GenAI spans counts each request once. The time to
-the first chunk is an event (`llm_proxy.first_chunk`, stamped when it happened: nothing runs per
-chunk). Names: `"{gen_ai.operation.name} {gen_ai.request.model}"`, operation `chat`;
-`gen_ai.provider.name` from the protocol (`Protocol.provider`) or a known upstream host; the
-proxy's own as `llm_proxy.*` (the key's name, never a key). The messages sent only with
-`capture_content`.
+request turned out to be — the model asked and served (`llm_proxy.served_model` when a fallback
+answered), the answer's id and finish reason, the sampling settings asked for, the usage (with the
+cache and reasoning counts), the conversation affinity keyed it by, `error.type` — and only it: a
+CLIENT span says which account was tried and how that went, so a tool that sums tokens over GenAI
+spans counts each request once. The time to the first chunk is an event (`llm_proxy.first_chunk`,
+stamped when it happened: nothing runs per chunk). Names:
+`"{gen_ai.operation.name} {gen_ai.request.model}"`, operation `chat`; `gen_ai.provider.name` from
+the protocol (`Protocol.provider`) or a known upstream host; the proxy's own as `llm_proxy.*` (the
+key's name, never a key). The messages sent only with `capture_content`.
 
 Spans leave through a BatchSpanProcessor (its own greenlet under gevent: off the request path) to
 an OTLP/HTTP exporter wrapped in `OneLineExporter`: a collector that is down costs no request, and
@@ -181,6 +181,8 @@ class Tracing(Hooks):
                                       "llm_proxy.stream": record.stream, "http.response.status_code": record.status}
         if record.conversation_id:
             attributes["gen_ai.conversation.id"] = record.conversation_id
+        if record.served_model:  # a fallback answered: the client model it answered with
+            attributes["llm_proxy.served_model"] = record.served_model
         request = _decoded(record)
         if request is not None:
             for name, value in (("max_tokens", request.max_tokens), ("temperature", request.temperature),

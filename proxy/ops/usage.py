@@ -7,7 +7,9 @@ upstream reported, so far as it did for a stream cut short (input, including cac
 including reasoning — the IR's convention, docs/architecture.md §3.2 — cached reads, cache
 writes, reasoning); its time to first byte and duration. Filed under the minute it arrived, its client
 key's name (never the key), protocol, model as the client asked and as the upstream was asked,
-upstream, account, stream or not, outcome, status and the price table its cost came from. Its cost
+upstream, account, stream or not, outcome, status, the price table its cost came from, the
+endpoint the client called (its protocol's name for a completion endpoint, when the edge named none)
+and the client model that answered (the model asked for, unless a fallback answered). Its cost
 (proxy.money.costing sets it on the record first): the micro-dollars where the price is known, and
 one request of unknown cost where the upstream reported tokens but the model has no price; what its
 cache reads saved. A request that got no upstream (refused,
@@ -42,6 +44,7 @@ def usage_row(record: RequestRecord) -> UsageRow:
         client_key=record.client_key, client_protocol=record.client_protocol, model=record.model,
         upstream_model=record.upstream_model or "", upstream=record.upstream or "", account=record.account or "",
         stream=record.stream, outcome=record.outcome, status=record.status, price_version=record.price_source or "",
+        endpoint=record.endpoint or record.client_protocol, served_model=record.served_model or record.model,
         requests=1, errors=int(record.outcome not in (OK, CLIENT_GONE)),
         input_tokens=usage.input_tokens if usage else 0, output_tokens=usage.output_tokens if usage else 0,
         cached_tokens=usage.cache_read_tokens if usage else 0,

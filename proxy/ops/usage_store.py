@@ -5,10 +5,11 @@ proxy/ops/sqlite_usage_store.py, the Redis one proxy/ops/redis_usage_store.py.
 
 Owns persistence and aggregation, not what a request counts as (proxy/ops/usage.py decides that).
 Usage is kept per minute: one row per (minute, client key, client protocol, model, upstream model,
-upstream, account, stream, outcome, status, price version) with its counters, added to by every request — so the
-table grows with the variety of traffic, not its volume. The recent-requests list is capped at
-`RECENT_CAP` entries. `add` writes a batch of both at once; a query reads one snapshot, so its rows
-always add up to its totals. A networked store (Redis, a database) implements the same methods.
+upstream, account, stream, outcome, status, price version, endpoint, served model) with its
+counters, added to by every request — so the table grows with the variety of traffic, not its
+volume. The recent-requests list is capped at `RECENT_CAP` entries. `add` writes a batch of both at
+once; a query reads one snapshot, so its rows always add up to its totals. A networked store
+(Redis, a database) implements the same methods.
 Pure of Flask, requests and gevent.
 """
 
@@ -23,7 +24,7 @@ from typing import Any, Protocol
 RECENT_CAP = 1000  # the recent-requests list keeps this many; /admin/requests shows up to this many
 BUCKETS = {"minute": 60, "hour": 3600, "day": 86400}  # UTC: epoch-aligned hours and days are UTC's
 DIMENSIONS = ("client_key", "client_protocol", "model", "upstream_model", "upstream", "account", "stream",
-              "outcome", "status", "price_version")
+              "outcome", "status", "price_version", "endpoint", "served_model")
 # Money is counted in integer micro-dollars (so sums are exact); the answers show dollars.
 COUNTERS = ("requests", "errors", "input_tokens", "output_tokens", "cached_tokens", "cache_write_tokens",
             "reasoning_tokens", "cost_micros", "cost_unknown_requests", "cache_saved_micros")
@@ -47,6 +48,12 @@ class UsageRow:
     # The price table the row's costs were computed with ("genai-prices 0.2.3", "config",
     # "config + genai-prices 0.2.3"; '' when no cost is known), so costs can be recomputed.
     price_version: str = ""
+    # What the client called (chat_completions, messages, responses, gemini, embeddings,
+    # responses_compact) and the client model name that answered (`model` unless a fallback did).
+    # A row written before these were kept reads back with the client protocol and the model
+    # (`with_defaults`).
+    endpoint: str = ""
+    served_model: str = ""
     requests: int = 0
     errors: int = 0
     input_tokens: int = 0
@@ -63,7 +70,8 @@ class UsageRow:
 
     def key(self) -> tuple[Any, ...]:
         return (self.minute, self.client_key, self.client_protocol, self.model, self.upstream_model, self.upstream,
-                self.account, self.stream, self.outcome, self.status, self.price_version)
+                self.account, self.stream, self.outcome, self.status, self.price_version, self.endpoint,
+                self.served_model)
 
     def values(self) -> tuple[Any, ...]:
         """Every field, in order (`dataclasses.astuple` copies deeply: a measurable cost per request)."""
@@ -99,6 +107,8 @@ class RecentEntry:
     output_tokens: int
     client_address: str | None = None  # as the access log shows it; None in entries from before it was kept
     cost_micros: int | None = None  # None: unknown price, no usage, or an entry from before costs were kept
+    endpoint: str | None = None  # what the client called; None in entries from before it was kept
+    served_model: str | None = None  # the client model name a fallback answered with; None: `model` itself
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +143,16 @@ class UsageStore(Protocol):
 
     def recent(self, limit: int) -> list[RecentEntry]:
         """The last `limit` requests added, newest first."""
+
+
+def with_defaults(row: UsageRow) -> UsageRow:
+    """`row` with the dimensions a store or an export written before they existed left empty set
+    to what they were then (in place): endpoint the client protocol, served model the model."""
+    if not row.endpoint:
+        row.endpoint = row.client_protocol
+    if not row.served_model:
+        row.served_model = row.model
+    return row
 
 
 def merged(rows: Sequence[UsageRow]) -> list[UsageRow]:

@@ -30,7 +30,15 @@ from dataclasses import asdict, fields
 from typing import IO, Any
 
 from proxy.config import Config, ConfigError
-from proxy.ops.usage_store import DIMENSIONS, RECENT_CAP, RecentEntry, UsageQuery, UsageRow, UsageStore
+from proxy.ops.usage_store import (
+    DIMENSIONS,
+    RECENT_CAP,
+    RecentEntry,
+    UsageQuery,
+    UsageRow,
+    UsageStore,
+    with_defaults,
+)
 from proxy.pool.store import AccountRecord, CounterDelta, ProxyRecord, StateStore
 from proxy.serving.state_backend import open_stores
 from proxy.state import schema
@@ -125,7 +133,8 @@ def import_state(config: Config, source: IO[str]) -> dict[str, int]:
             elif kind == "proxy":
                 proxies.append(ProxyRecord(**{k: v for k, v in item.items() if k in _PROXY_FIELDS}))
             elif kind == "usage":
-                rows.append(UsageRow(**{k: v for k, v in item.items() if k in _ROW_FIELDS}))
+                # An export from before the endpoint and served model were kept: their defaults.
+                rows.append(with_defaults(UsageRow(**{k: v for k, v in item.items() if k in _ROW_FIELDS})))
             elif kind == "recent":
                 recent.append(RecentEntry(**{k: v for k, v in item.items() if k in _RECENT_FIELDS}))
             else:

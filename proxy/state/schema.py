@@ -146,6 +146,39 @@ CREATE INDEX audit_log_at ON audit_log (at);
 CREATE TABLE key_store_version (one INTEGER NOT NULL PRIMARY KEY CHECK (one = 1), version INTEGER NOT NULL);
 INSERT INTO key_store_version (one, version) VALUES (1, 0);
 """),
+    # The endpoint and the served model are dimensions (part of the key, which the upsert's ON
+    # CONFLICT names): the table is copied into a new one, every old row under its client protocol
+    # as its endpoint and its model as the model that served it (no fallback existed before).
+    (7, "usage and the recent requests by the endpoint the client called and the model that served it", """
+CREATE TABLE usage_minutes_v7 (
+    minute INTEGER NOT NULL,
+    client_key TEXT NOT NULL, client_protocol TEXT NOT NULL, model TEXT NOT NULL, upstream_model TEXT NOT NULL,
+    upstream TEXT NOT NULL, account TEXT NOT NULL, stream INTEGER NOT NULL, outcome TEXT NOT NULL,
+    status INTEGER NOT NULL, price_version TEXT NOT NULL DEFAULT '', endpoint TEXT NOT NULL DEFAULT '',
+    served_model TEXT NOT NULL DEFAULT '',
+    requests INTEGER NOT NULL DEFAULT 0, errors INTEGER NOT NULL DEFAULT 0, input_tokens INTEGER NOT NULL DEFAULT 0,
+    output_tokens INTEGER NOT NULL DEFAULT 0, cached_tokens INTEGER NOT NULL DEFAULT 0,
+    cache_write_tokens INTEGER NOT NULL DEFAULT 0, reasoning_tokens INTEGER NOT NULL DEFAULT 0,
+    cost_micros INTEGER NOT NULL DEFAULT 0, cost_unknown_requests INTEGER NOT NULL DEFAULT 0,
+    cache_saved_micros INTEGER NOT NULL DEFAULT 0,
+    first_byte_ms_sum INTEGER NOT NULL DEFAULT 0, first_byte_count INTEGER NOT NULL DEFAULT 0,
+    duration_ms_sum INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (minute, client_key, client_protocol, model, upstream_model, upstream, account, stream, outcome,
+                 status, price_version, endpoint, served_model)) WITHOUT ROWID;
+INSERT INTO usage_minutes_v7 (minute, client_key, client_protocol, model, upstream_model, upstream, account, stream,
+    outcome, status, price_version, endpoint, served_model, requests, errors, input_tokens, output_tokens,
+    cached_tokens, cache_write_tokens, reasoning_tokens, cost_micros, cost_unknown_requests, cache_saved_micros,
+    first_byte_ms_sum, first_byte_count, duration_ms_sum)
+SELECT minute, client_key, client_protocol, model, upstream_model, upstream, account, stream, outcome, status,
+    price_version, client_protocol, model, requests, errors, input_tokens, output_tokens, cached_tokens,
+    cache_write_tokens, reasoning_tokens, cost_micros, cost_unknown_requests, cache_saved_micros,
+    first_byte_ms_sum, first_byte_count, duration_ms_sum FROM usage_minutes;
+DROP TABLE usage_minutes;
+ALTER TABLE usage_minutes_v7 RENAME TO usage_minutes;
+ALTER TABLE recent_requests ADD COLUMN endpoint TEXT;
+ALTER TABLE recent_requests ADD COLUMN served_model TEXT;
+UPDATE recent_requests SET endpoint = client_protocol;
+"""),
 )
 CURRENT_VERSION = MIGRATIONS[-1][0]
 

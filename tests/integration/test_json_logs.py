@@ -105,6 +105,7 @@ def test_every_line_is_json_and_attempts_and_accesses_say_what_happened(
                                                                  whole.usage.completion_tokens)
     assert access["first_byte_ms"] > 0 and access["duration_ms"] >= access["first_byte_ms"]
     assert access["elapsed_ms"] > 0 and access["bytes"] > 0 and access["attempts"] == 1
+    assert access["endpoint"] == "chat_completions" and "served_model" not in access  # no fallback served
 
     (streamed,) = events("access", stream_id)
     usage = chunks[-1].usage

@@ -129,6 +129,10 @@ def test_known_requests_show_in_the_counters_and_histograms(metered: ProxyServer
     assert delta(before, after, "llm_proxy_requests_total", **CHAT, model="demo-model", outcome="ok") == 3
     assert delta(before, after, "llm_proxy_requests_total", client_protocol="messages", upstream="main",
                  model="demo-model", outcome="ok") == 1
+    # The endpoint each was called at, and the model that served (the one asked for: no fallback).
+    assert delta(before, after, "llm_proxy_requests_total", endpoint="chat_completions",
+                 served_model="demo-model") == 3
+    assert delta(before, after, "llm_proxy_requests_total", endpoint="messages", served_model="demo-model") == 1
     tokens = {"client_key": key_name(CLIENT_KEY), "upstream": "main", "model": "demo-model"}
     assert delta(before, after, "llm_proxy_tokens_total", **tokens, kind="input") == (
         whole.usage.prompt_tokens + streamed.prompt_tokens + 100 + anthropic_usage.input_tokens)
@@ -138,7 +142,8 @@ def test_known_requests_show_in_the_counters_and_histograms(metered: ProxyServer
     assert delta(before, after, "llm_proxy_tokens_total", **tokens, kind="reasoning") == 7
     for histogram in ("llm_proxy_time_to_first_byte_seconds", "llm_proxy_request_duration_seconds"):
         assert delta(before, after, f"{histogram}_count", **CHAT) == 3
-        assert delta(before, after, f"{histogram}_count", client_protocol="messages", upstream="main") == 1
+        assert delta(before, after, f"{histogram}_count", client_protocol="messages", endpoint="messages",
+                     upstream="main") == 1
         assert delta(before, after, f"{histogram}_bucket", **CHAT, le="+Inf") == 3
         assert delta(before, after, f"{histogram}_sum", **CHAT) > 0
     assert delta(before, after, "llm_proxy_upstream_attempts_total", upstream="main", outcome="ok") == 4

@@ -5,6 +5,7 @@ state (states replaced, counters and usage added)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import uuid
@@ -68,6 +69,14 @@ def test_state_moves_from_sqlite_to_redis_and_back(demo_upstream: DemoUpstream, 
     done = cli("export", str(exported), "--config", str(tmp_path / "sqlite" / "config.yaml"))
     assert done.returncode == 0, done.stderr
     assert "5 requests" in done.stderr and exported.stat().st_mode & 0o077 == 0  # it holds keys: owner only
+    lines = [json.loads(line) for line in exported.read_text().splitlines()]
+    usage_lines = [line for line in lines if line["type"] == "usage"]
+    assert usage_lines and all(line["endpoint"] == "chat_completions" and line["served_model"] == line["model"]
+                               for line in usage_lines)
+    # As an export from before the endpoint and served model were kept wrote it: they take their defaults.
+    for line in usage_lines:
+        del line["endpoint"], line["served_model"]
+    exported.write_text("".join(json.dumps(line) + "\n" for line in lines))
     redis_config = write_config(redis_cfg, tmp_path / "redis")
     done = cli("import", str(exported), "--config", str(redis_config))
     assert done.returncode == 0, done.stderr
@@ -79,6 +88,9 @@ def test_state_moves_from_sqlite_to_redis_and_back(demo_upstream: DemoUpstream, 
         graceful_stop(second)
     back = tmp_path / "back.jsonl"
     assert cli("export", str(back), "--config", str(redis_config)).returncode == 0
+    assert {(line["endpoint"], line["served_model"]) for line in map(json.loads, back.read_text().splitlines())
+            if line["type"] == "usage" and line["client_protocol"] == "chat_completions"} == {
+        ("chat_completions", line["model"]) for line in usage_lines}
     fresh_cfg = config(demo_upstream, keys, probe={"interval": 3600})
     fresh_config = write_config(fresh_cfg, tmp_path / "sqlite-again")
     done = cli("import", str(back), "--config", str(fresh_config))

@@ -293,6 +293,15 @@ def test_csv_and_buckets_give_the_same_figures(counted: ProxyServer, demo_upstre
     alice = [r for r in rows if r["client_key"] == "alice" and r["model"] == "usage-c"]
     assert sum(r["input_tokens"] for r in alice) == usage_figures(0)["input_tokens"] + \
         usage_figures(2)["input_tokens"]
+    # By the endpoint each was called at and the model that served it (the one asked for: no fallback),
+    # a value on every row, in JSON and in CSV.
+    by_endpoint = usage(counted, "group_by=endpoint,served_model,model")["rows"]
+    assert all(r["endpoint"] and r["served_model"] for r in by_endpoint)
+    assert sorted((r["endpoint"], r["served_model"], r["requests"]) for r in by_endpoint if r["model"] == "usage-c") \
+        == [("chat_completions", "usage-c", 1), ("messages", "usage-c", 1), ("responses", "usage-c", 1)]
+    _, _, text = admin_get(counted, "/admin/usage?group_by=endpoint&format=csv")
+    header, *lines = list(csv.reader(io.StringIO(text)))
+    assert header[0] == "endpoint" and {"chat_completions", "messages", "responses"} <= {line[0] for line in lines}
     # The status page's charts: per-minute buckets, each row with its time.
     bucketed = usage(counted, "group_by=client_key&bucket=minute&since=" + str(int(time.time()) - 3600))
     assert bucketed["bucket"] == "minute" and all(r["time"].endswith(":00Z") for r in bucketed["rows"])
@@ -341,6 +350,8 @@ def test_recent_requests_are_listed_newest_first_without_bodies_or_keys(
             for e in data] == [("responses", True, "alice", "main", 200, "ok"), ("messages", False, "alice", "main",
                                                                                  200, "ok"),
                                ("chat_completions", True, "alice", "main", 200, "ok")]
+    assert [(e["endpoint"], e["served_model"]) for e in data] == [
+        ("responses", None), ("messages", None), ("chat_completions", None)]
     assert [(e["input_tokens"], e["output_tokens"]) for e in data[::-1]] == [
         (usage_figures(n)["input_tokens"], usage_figures(n)["output_tokens"]) for n in range(3)]
     assert all(e["duration_ms"] >= e["first_byte_ms"] >= 0 for e in data)

@@ -56,3 +56,16 @@ def test_gunicorn_configured_by_proxy_serving_logs_through_it() -> None:
     for name, value in settings().items():
         config.set(name, value)
     assert config.logger_class is ProxyLogger
+
+
+def test_the_access_lines_record_fields_name_the_endpoint_and_only_a_fallbacks_model() -> None:
+    from proxy.ops.log_lines import request_fields
+    from proxy.ops.records import RequestRecord
+
+    plain = RequestRecord("r1", "alice", "responses", "gpt-5", False, endpoint="responses_compact")
+    assert plain.finish(200, "ok")
+    fields = request_fields(plain)
+    assert (fields["endpoint"], fields["model"]) == ("responses_compact", "gpt-5") and "served_model" not in fields
+    fell_back = RequestRecord("r2", "alice", "messages", "claude-opus-4-6", True, served_model="claude-sonnet-4-6")
+    fields = request_fields(fell_back)
+    assert (fields["endpoint"], fields["served_model"]) == ("messages", "claude-sonnet-4-6")  # the protocol's

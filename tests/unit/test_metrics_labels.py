@@ -68,7 +68,31 @@ def test_a_request_counts_its_tokens_by_kind_under_its_key_name() -> None:
             for kind in ("input", "output", "cached", "reasoning")} == {
         "input": 10, "output": 4, "cached": 3, "reasoning": 1}
     requests = samples(live, "llm_proxy_requests_total")
-    assert requests[(("client_protocol", "chat_completions"), ("model", "other"), ("outcome", "ok"),
-                     ("upstream", "main"))] == 1
+    assert requests[(("client_protocol", "chat_completions"), ("endpoint", "chat_completions"), ("model", "other"),
+                     ("outcome", "ok"), ("served_model", "other"), ("upstream", "main"))] == 1
     text = render(live, {}, None)[0].decode()
     assert "gpt-unknown" not in text and "sk-" not in text
+
+
+def test_requests_and_timings_carry_the_endpoint_and_the_model_that_served() -> None:
+    """`endpoint` beside `client_protocol` (the protocol's name when the edge named none);
+    `served_model` the fallback's model through the same bounded labels, else the model asked for."""
+    metrics, live = counted()
+    plain = done("demo-model")
+    plain.endpoint = "chat_completions"
+    fell_back = done("demo-big")
+    fell_back.endpoint, fell_back.served_model = "chat_completions", "demo-small"
+    unserved = done("demo-big")
+    unserved.endpoint, unserved.served_model = "embeddings", "gpt-unserved"
+    unnamed = done("demo-model")  # an edge that names no endpoint
+    for record in (plain, fell_back, unserved, unnamed):
+        metrics.request_done(record)
+    requests = samples(live, "llm_proxy_requests_total")
+    assert {(dict(labels)["endpoint"], dict(labels)["model"], dict(labels)["served_model"]): value
+            for labels, value in requests.items()} == {
+        ("chat_completions", "demo-model", "demo-model"): 2, ("chat_completions", "demo-big", "demo-small"): 1,
+        ("embeddings", "demo-big", "other"): 1}
+    for histogram in ("llm_proxy_time_to_first_byte_seconds_count", "llm_proxy_request_duration_seconds_count"):
+        counts = samples(live, histogram)
+        assert {dict(labels)["endpoint"]: value for labels, value in counts.items()} == {
+            "chat_completions": 3, "embeddings": 1}

@@ -104,6 +104,51 @@ def test_costs_are_summed_across_hosts_by_price_version_and_older_rows_read_back
     assert [e.cost_micros for e in b.recent(1)] == [11_340]
 
 
+def test_usage_by_endpoint_and_served_model_and_older_fields_read_back_with_their_defaults(
+        redis_url: str) -> None:
+    """A field's dimensions are a JSON array in DIMENSIONS order; one written before the endpoint and
+    the served model were dimensions (ten values, or nine from before the price version) reads back
+    with its client protocol as endpoint and its model as served model — and sums with the new
+    fields of the same figures."""
+    a, b = RedisUsageStore(state(redis_url)), RedisUsageStore(state(redis_url))
+    asked = dataclasses.replace(row(60, "x"), endpoint="chat_completions", served_model="m")
+    fell_back = dataclasses.replace(row(60, "x"), endpoint="chat_completions", served_model="m-small")
+    embedded = dataclasses.replace(row(60, "x", tokens=3), endpoint="embeddings", served_model="m")
+    a.add([asked, fell_back], [])
+    b.add([embedded, asked], [])
+    fields = b.client.hkeys(key(b.state, "usage", "60"))
+    assert json.loads(fields[0].rpartition(b"|")[0])[-2:] in (["chat_completions", "m"],
+                                                              ["chat_completions", "m-small"], ["embeddings", "m"])
+    ten = json.dumps(["team", "chat_completions", "m", "m", "main", "x", False, "ok", 200, ""], separators=(",", ":"))
+    nine = json.dumps(["team", "messages", "m", "m", "main", "x", False, "ok", 200], separators=(",", ":"))
+    b.client.hincrby(key(b.state, "usage", "60"), f"{ten}|requests", 4)
+    b.client.hincrby(key(b.state, "usage", "60"), f"{ten}|input_tokens", 40)
+    b.client.hincrby(key(b.state, "usage", "60"), f"{nine}|requests", 1)
+    rows = a.query(UsageQuery(0, 120, group_by=("endpoint", "served_model"))).rows
+    assert [(r["endpoint"], r["served_model"], r["requests"], r["input_tokens"]) for r in rows] == [
+        ("chat_completions", "m", 6, 60), ("chat_completions", "m-small", 1, 10), ("embeddings", "m", 1, 3),
+        ("messages", "m", 1, 0)]
+    by_everything = a.query(UsageQuery(0, 120, group_by=("client_protocol", "endpoint", "price_version"))).rows
+    assert [(r["client_protocol"], r["endpoint"], r["price_version"], r["requests"]) for r in by_everything] == [
+        ("chat_completions", "chat_completions", "", 7), ("chat_completions", "embeddings", "", 1),
+        ("messages", "messages", "", 1)]
+
+
+def test_recent_entries_keep_the_endpoint_and_served_model_and_older_ones_read_back_without(
+        redis_url: str) -> None:
+    from proxy.ops.recent import entry_json
+
+    store = RedisUsageStore(state(redis_url))
+    old = dataclasses.asdict(entry("old"))
+    del old["endpoint"], old["served_model"]
+    store.client.lpush(key(store.state, "recent"), json.dumps(old))
+    store.add([], [dataclasses.replace(entry("new"), endpoint="embeddings", served_model="m-small")])
+    new, before = store.recent(10)
+    assert (new.endpoint, new.served_model, before.endpoint, before.served_model) == (
+        "embeddings", "m-small", None, None)
+    assert entry_json(before)["endpoint"] == "chat_completions"  # its protocol's
+
+
 def test_recent_entries_keep_the_client_address_and_older_ones_read_back_without(redis_url: str) -> None:
     """Entries are JSON: one written before `client_address` existed lacks it and reads back None."""
     store = RedisUsageStore(state(redis_url))

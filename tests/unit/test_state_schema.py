@@ -247,6 +247,51 @@ def test_a_version_5_file_gains_an_empty_key_store_keeping_its_budgets(
         assert db.execute("SELECT spent FROM budget_spend").fetchall() == [(7,)]
 
 
+def test_a_version_6_file_keeps_its_usage_under_its_protocol_as_endpoint_and_its_model_as_served(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Migration 7 makes the endpoint and the served model part of a usage row's key (the table is
+    copied): a row from before reads back with its client protocol as its endpoint and its model as
+    the model that served; a new row of the same figures adds to it (the upsert's conflict target is
+    the new key), one that a fallback served is a row of its own. Recent entries gain both fields."""
+    from proxy.ops.sqlite_usage_store import SQLiteUsageStore
+    from proxy.ops.usage_store import UsageQuery, UsageRow
+
+    path = str(tmp_path / "state.db")
+    with monkeypatch.context() as patched:  # the file as the release with migrations 1 to 6 left it
+        patched.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:6])
+        patched.setattr(schema, "CURRENT_VERSION", 6)
+        assert schema.migrate(path) == (0, 6)
+    with sqlite3.connect(path) as db:
+        assert "endpoint" not in columns(db, "usage_minutes")
+        db.execute("INSERT INTO usage_minutes (minute, client_key, client_protocol, model, upstream_model, upstream,"
+                   " account, stream, outcome, status, price_version, requests, input_tokens, cost_micros) VALUES"
+                   " (60, 'alice', 'messages', 'opus', 'opus-up', 'main', 'a1', 0, 'ok', 200, 'config', 4, 100, 70),"
+                   " (60, 'alice', 'chat_completions', 'gpt', 'gpt', 'main', 'a1', 1, 'ok', 200, '', 2, 10, 0)")
+        db.execute("INSERT INTO recent_requests (request_id, time, client_key, client_protocol, model, upstream_model,"
+                   " upstream, account, stream, status, outcome, attempts, first_byte_ms, duration_ms, input_tokens,"
+                   " output_tokens) VALUES ('old', 1.0, 'alice', 'messages', 'opus', 'opus-up', 'main', 'a1', 0,"
+                   " 200, 'ok', 1, 5, 9, 3, 4)")
+    assert schema.migrate(path) == (6, CURRENT_VERSION)
+    state = StateFile.open(path)
+    try:
+        store = SQLiteUsageStore(state)
+        same = UsageRow(60, "alice", "messages", "opus", "opus-up", "main", "a1", False, "ok", 200, "config",
+                        "messages", "opus", requests=1, input_tokens=5, cost_micros=3)
+        fell_back = UsageRow(60, "alice", "messages", "opus", "sonnet-up", "main", "a1", False, "ok", 200, "config",
+                             "messages", "sonnet", requests=1)
+        store.add([same, fell_back], [])
+        rows = store.query(UsageQuery(0, 120, group_by=("endpoint", "served_model", "model"))).rows
+        assert [(r["endpoint"], r["served_model"], r["model"], r["requests"], r["input_tokens"], r["cost_micros"])
+                for r in rows] == [("chat_completions", "gpt", "gpt", 2, 10, 0), ("messages", "opus", "opus", 5, 105, 73),
+                                   ("messages", "sonnet", "opus", 1, 0, 0)]
+        (old,) = store.recent(10)
+        assert (old.request_id, old.endpoint, old.served_model, old.input_tokens) == ("old", "messages", None, 3)
+    finally:
+        state.close()
+    with sqlite3.connect(path) as db:  # one row per minute and key: the copy kept no duplicate
+        assert db.execute("SELECT COUNT(*) FROM usage_minutes").fetchone() == (3,)
+
+
 @pytest.mark.parametrize("error, cause", [
     (sqlite3.OperationalError("database or disk is full"), "disk is full"),
     (sqlite3.OperationalError("attempt to write a readonly database"), "read-only"),

@@ -45,3 +45,31 @@ def test_an_upstream_is_named_by_its_host_when_the_host_is_a_known_provider() ->
     assert provider_at("myres.openai.azure.com", "openai") == "azure.ai.openai"
     assert provider_at("127.0.0.1", "anthropic") == "anthropic"  # anything else: the API it speaks
     assert provider_at("evil-api.deepseek.com.example", "openai") == "openai"
+
+
+def test_the_server_span_names_the_model_that_served_only_when_a_fallback_did(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from proxy.config.tracing import TracingConfig
+    from proxy.ops import tracing
+    from proxy.ops.records import Arrival, RequestRecord
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(tracing, "_providers_for", lambda config: (provider, None))
+    hook = tracing.Tracing(TracingConfig(enabled=True), lambda protocol: "openai")
+    for request_id, served in (("r1", "claude-sonnet-4-6"), ("r2", None)):
+        record = RequestRecord(request_id, "alice", "messages", "claude-opus-4-6", False, endpoint="messages",
+                               served_model=served)
+        hook.request_arrived(record, Arrival("POST", "/v1/messages", "", {}, lambda: b""))
+        record.finish(200, "ok")
+        hook.request_done(record)
+    fell_back, plain = exporter.get_finished_spans()
+    assert fell_back.attributes is not None and plain.attributes is not None
+    assert fell_back.attributes["llm_proxy.served_model"] == "claude-sonnet-4-6"
+    assert fell_back.attributes["gen_ai.request.model"] == "claude-opus-4-6"
+    assert "llm_proxy.served_model" not in plain.attributes

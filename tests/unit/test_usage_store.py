@@ -364,3 +364,44 @@ def test_the_recent_list_keeps_each_requests_cost(store: UsageStore) -> None:
     assert (entry_json(newest)["cost_usd"], entry_json(older)["cost_usd"]) == (None, 0.01134)
     counted = usage_row(unknown)
     assert (counted.cost_unknown_requests, counted.cost_micros, counted.price_version) == (1, 0, "")
+
+
+def test_usage_is_grouped_by_endpoint_and_served_model_on_every_row(store: UsageStore) -> None:
+    """The endpoint the client called (its protocol's name when the edge named none) and the client
+    model that answered (the one asked for, unless a fallback did) are dimensions like the others:
+    each row of a query grouped by them carries a value, in JSON and in CSV."""
+    chat = RequestRecord("r1", "alice", "chat_completions", "opus", False, endpoint="chat_completions")
+    chat.finish(200, "ok", Usage(10, 5))
+    fell_back = RequestRecord("r2", "alice", "messages", "opus", True, endpoint="messages", served_model="sonnet")
+    fell_back.finish(200, "ok", Usage(7, 3))
+    embedded = RequestRecord("r3", "bob", "chat_completions", "embed-1", False, endpoint="embeddings")
+    embedded.finish(200, "ok", Usage(4, 0))
+    unnamed = RequestRecord("r4", "bob", "responses", "opus", False)  # an edge that names no endpoint
+    unnamed.finish(400, "invalid_request")
+    for record in (chat, fell_back, embedded, unnamed):
+        record.started = T0
+    store.add([usage_row(r) for r in (chat, fell_back, embedded, unnamed, chat)], [])
+    query = everything(("endpoint", "served_model"))
+    shown = answer_json(query, store.query(query))
+    assert [(r["endpoint"], r["served_model"], r["requests"]) for r in shown["rows"]] == [
+        ("chat_completions", "opus", 2), ("embeddings", "embed-1", 1), ("messages", "sonnet", 1),
+        ("responses", "opus", 1)]
+    by_model = store.query(everything(("model", "served_model"))).rows
+    assert [(r["model"], r["served_model"], r["requests"]) for r in by_model] == [
+        ("embed-1", "embed-1", 1), ("opus", "opus", 3), ("opus", "sonnet", 1)]
+    lines = list(csv.DictReader(io.StringIO(answer_csv(query, store.query(query)))))
+    assert [(r["endpoint"], r["served_model"]) for r in lines] == [
+        ("chat_completions", "opus"), ("embeddings", "embed-1"), ("messages", "sonnet"), ("responses", "opus")]
+    assert parse_query({"group_by": "endpoint,served_model"}, now=T0)[0].group_by == ("endpoint", "served_model")
+
+
+def test_the_recent_list_says_the_endpoint_and_the_model_that_served(store: UsageStore) -> None:
+    record = RequestRecord("r1", "alice", "messages", "opus", False, endpoint="messages", served_model="sonnet")
+    plain = RequestRecord("r2", "alice", "chat_completions", "gpt-4o", False, endpoint="embeddings")
+    store.add([], [recent_entry(record), recent_entry(plain)])
+    newest, older = store.recent(2)
+    assert (newest.endpoint, newest.served_model) == ("embeddings", None)
+    assert (entry_json(older)["endpoint"], entry_json(older)["served_model"]) == ("messages", "sonnet")
+    assert entry_json(newest)["served_model"] is None  # no fallback: null
+    before = entry(1)  # an entry from before the endpoint was kept: its protocol's
+    assert before.endpoint is None and entry_json(before)["endpoint"] == "messages"
