@@ -115,10 +115,16 @@ def test_every_account_exhausted_falls_back_and_the_client_is_told_which_model_a
     # Both cooling accounts are skipped now: the fallback is the first call.
     assert reached(demo_upstream, rid) == ["s1"]
 
-    usage = request(fb_proxy.url, "GET", "/admin/usage?group_by=model,upstream_model",
-                    headers={"Authorization": f"Bearer {ADMIN}"}).json()
-    served = {(g["model"], g["upstream_model"]): g["requests"] for g in usage["rows"]}
-    assert served.get(("big-model", "mid-model"), 0) >= 2  # filed under the model asked for and the one sent
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    usage = request(fb_proxy.url, "GET", "/admin/usage?group_by=model,served_model,endpoint", headers=admin).json()
+    served = {(g["model"], g["served_model"], g["endpoint"]): g["requests"] for g in usage["rows"]}
+    assert served.get(("big-model", "mid-model", "chat_completions"), 0) >= 2  # the model asked for and the one that served
+    recent = request(fb_proxy.url, "GET", "/admin/requests", headers=admin).json()
+    (entry,) = [e for e in recent["data"] if e["request_id"] == rid]
+    assert entry["model"] == "big-model" and entry["served_model"] == "mid-model"
+    metrics = request(fb_proxy.url, "GET", "/metrics", headers=admin).body().decode()
+    assert any('model="big-model"' in line and 'served_model="mid-model"' in line and 'endpoint="chat_completions"'
+               in line for line in metrics.splitlines() if line.startswith("llm_proxy_requests_total"))
     assert "fallback rid=" in fb_proxy.log() and "from=big-model to=mid-model because=unserved" in fb_proxy.log()
 
 
