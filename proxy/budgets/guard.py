@@ -132,8 +132,10 @@ class Budgets(Hooks):
     # ------------------------------------------------------------ the request's start
 
     def admit(self, config: Config, entry: ClientKey | None, record: RequestRecord, routes: Sequence[Route],
-              request: Callable[[], Request | None], tokens: Callable[[], int], body: dict[str, Any]) -> None:
-        """Hold the request's worst case against every budget it falls under, or raise the refusal."""
+              request: Callable[[], Request | None], tokens: Callable[[], int], body: dict[str, Any],
+              input_only: bool = False) -> None:
+        """Hold the request's worst case against every budget it falls under, or raise the refusal.
+        `input_only`: a request priced by its input tokens alone (embeddings: no output, no cache writes)."""
         if entry is None:
             return
         view = self._of(config)
@@ -142,7 +144,7 @@ class Budgets(Hooks):
         if not subjects or not routes:  # no budget; or a model no upstream serves (the relay's 404)
             return
         book = view.book
-        sizing = size(routes, book, config.budgets, tokens(), request(), body)
+        sizing = size(routes, book, config.budgets, tokens(), request(), body, input_only)
         refused = [r for r in sizing.unpriced if not book.unknown_allowed(r.upstream.name)]
         if refused:
             route = refused[0]

@@ -31,6 +31,7 @@ from proxy.ir.response import Usage
 from proxy.ops.hooks import Hooks, HookSet
 from proxy.ops.records import OK, RequestRecord
 from proxy.pool.pool import AccountPool
+from proxy.protocols import registry
 from proxy.protocols.exchange import Exchange
 from proxy.relay.affinity import Affinity
 from proxy.relay.attempt import Attempt, AttemptKit, DecodedOnce, NextAccount, RelayResult
@@ -84,6 +85,14 @@ class Relay:
         what it cost, when its first byte left) — attempts never write it; a stream's record is
         closed, and the hooks told, when the stream ends — the caller closes the others."""
         routes = self.router.resolve(ex.model)
+        if ex.operation == "embeddings" and routes:  # only upstreams whose protocol has embeddings serve them
+            serving = [r for r in routes if registry.get(r.upstream.protocol).embeddings is not None]
+            if not serving:
+                kinds = ", ".join(sorted({r.upstream.protocol for r in routes}))
+                raise ProxyError(400, f"model {ex.model!r} is served only by upstreams whose protocol has no "
+                                      f"embeddings endpoint ({kinds}); route it to an upstream that serves "
+                                      "embeddings.", "invalid_request", param="model")
+            routes = serving
         if not routes:
             raise ProxyError(404, f"The model {ex.model!r} is not served by this proxy; GET /v1/models lists "
                                   "the models it serves.", "not_found", code="model_not_found", param="model")
