@@ -40,7 +40,7 @@ def emb(demo_upstream: DemoUpstream, tmp_path_factory: pytest.TempPathFactory) -
     config = {
         "client_keys": [CLIENT_KEY, {"name": "rag", "key": RAG, "models": ["text-embedding-3-*"],
                                      "limits": {"tokens_per_minute": 40, "tokens_per_day": 100_000}}],
-        "admin_keys": [ADMIN_KEY],
+        "admin_keys": [ADMIN_KEY], "max_body_bytes": 20_000,
         "upstreams": [
             {"name": "anth", "protocol": "messages", "base_url": demo_upstream.url, "pool": pool,
              "accounts": [{"id": "anth-0", "api_key": ANTH_KEY}], "models": {"serve": ["claude-only-*"]}},
@@ -210,6 +210,18 @@ def test_google_genai_client(emb: ProxyServer, demo_upstream: DemoUpstream, mode
         assert [r["outputDimensionality"] for r in record["body"]["requests"]] == [5, 5]
 
 
+def test_a_gemini_client_gets_the_openai_upstreams_number_text(emb: ProxyServer, demo_upstream: DemoUpstream) -> None:
+    request_id = rid()
+    resp = request(emb.url, "POST", f"/v1/models/{OAI_MODEL}:embedContent",
+                   {"content": {"parts": [{"text": "raw"}]}, "outputDimensionality": 3},
+                   {"x-goog-api-key": CLIENT_KEY, "X-Request-Id": request_id})
+    assert resp.status == 200
+    assert resp.body() == f'{{"embedding":{{"values":[{",".join(demo_embeddings.numbers("raw", 3))}]}}}}'.encode()
+    resp.close()
+    assert only(demo_upstream, request_id)["body"] == {"model": OAI_MODEL, "input": ["raw"], "encoding_format": "float",
+                                                       "dimensions": 3}
+
+
 # ------------------------------------------------------------ refusals
 
 def test_refusals_name_what_is_wrong(emb: ProxyServer, demo_upstream: DemoUpstream) -> None:
@@ -224,4 +236,10 @@ def test_refusals_name_what_is_wrong(emb: ProxyServer, demo_upstream: DemoUpstre
     assert status == 400 and body["error"]["param"] == "encoding_format"
     status, body = post(emb, "/v1/embeddings", {"model": GEM_MODEL, "input": [[1, 2, 3]]}, request_id=request_id)
     assert status == 400 and "token array" in body["error"]["message"] and GEM_MODEL in body["error"]["message"]
+    status, body = post(emb, f"/v1beta/models/{GEM_MODEL}:batchEmbedContents", {"requests": [{"content": {}}]},
+                        request_id=request_id)  # a Gemini client's refusal is in Google's envelope
+    assert status == 400 and body["error"]["status"] == "INVALID_ARGUMENT" and "requests[0].content" in \
+        body["error"]["message"]
+    status, body = post(emb, "/v1/embeddings", {"model": OAI_MODEL, "input": "z" * 30_000}, request_id=request_id)
+    assert status == 413 and "max_body_bytes" in body["error"]["message"]
     assert demo_upstream.requests(request_id) == []  # none reached an upstream
