@@ -69,6 +69,15 @@ def url_rules(protocol: Protocol) -> list[str]:
     return [rule for rule in rules if "<path:model>" in rule]
 
 
+def embeddings_for_path(path: str) -> Protocol | None:
+    """The protocol one of whose embeddings endpoints `path` is (`/v1/embeddings`, Gemini's `:embedContent`)."""
+    for protocol in _PROTOCOLS.values():
+        rules = protocol.embeddings.rules if protocol.embeddings is not None else ()
+        if any(rule == path or _rule_matches(rule, path) for rule in rules):
+            return protocol
+    return None
+
+
 def _rule_matches(rule: str, path: str) -> bool:
     prefix, found, suffix = rule.partition("<path:model>")
     return bool(found) and len(path) > len(prefix) + len(suffix) and path.startswith(prefix) and path.endswith(suffix)

@@ -23,9 +23,14 @@ from google import genai
 from google.genai import types
 from langchain_openai import OpenAIEmbeddings
 
+from proxy.blueprints.state import app_state
+from proxy.config import parse
 from proxy.demo import embeddings as demo_embeddings
-from tests.conftest import CLIENT_KEY, DemoUpstream, ProxyServer, start_proxy, stop_proxy
+from proxy.serving.app import create_app
+from tests.conftest import CLIENT_KEY, DemoUpstream, ProxyServer, base_config, start_proxy, stop_proxy
 from tests.integration.test_pool import ADMIN_KEY, account, admin
+from tests.integration.test_request_records import Kept
+from tests.state_files import migrated
 from tests.wire import request
 
 OAI_KEYS = ("sk-emb-oai-1", "sk-emb-oai-2")
@@ -243,3 +248,26 @@ def test_refusals_name_what_is_wrong(emb: ProxyServer, demo_upstream: DemoUpstre
     status, body = post(emb, "/v1/embeddings", {"model": OAI_MODEL, "input": "z" * 30_000}, request_id=request_id)
     assert status == 413 and "max_body_bytes" in body["error"]["message"]
     assert demo_upstream.requests(request_id) == []  # none reached an upstream
+
+
+def test_each_request_is_one_record_under_the_embeddings_endpoint(demo_upstream: DemoUpstream, tmp_path: Path) -> None:
+    """In-process, with a hook that keeps what it is told: the answered request (its usage the
+    upstream's prompt_tokens) and the ones refused for their key, OpenAI's and Gemini's paths alike."""
+    app = create_app(parse(base_config(demo_upstream.url, state_path=migrated(tmp_path / "state.db"))),
+                     start_background=False)
+    kept = Kept()
+    app_state(app).hooks.add(kept)
+    web = app.test_client()
+    resp = web.post("/v1/embeddings", json={"model": "demo-embed", "input": ["abcdefgh", "ijkl"]},
+                    headers={"Authorization": f"Bearer {CLIENT_KEY}"})
+    assert resp.status_code == 200 and resp.get_json()["usage"]["prompt_tokens"] == 3
+    assert web.post("/v1/embeddings", json={"model": "m", "input": "x"},
+                    headers={"Authorization": "Bearer sk-wrong"}).status_code == 401
+    assert web.post("/v1beta/models/m:embedContent", json={}, headers={"x-goog-api-key": "sk-wrong"}).status_code == 401
+    answered, *refused = kept.done
+    assert (answered.endpoint, answered.client_protocol, answered.model, answered.status, answered.attempts) == (
+        "embeddings", "chat_completions", "demo-embed", 200, 1)
+    assert answered.usage is not None and (answered.usage.input_tokens, answered.usage.output_tokens) == (3, 0)
+    assert [(r.endpoint, r.client_protocol, r.status) for r in refused] == [("embeddings", "chat_completions", 401),
+                                                                          ("embeddings", "gemini", 401)]
+
