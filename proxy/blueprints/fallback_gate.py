@@ -29,8 +29,9 @@ from proxy.routing import Route
 
 def fallback_gate(state: AppState, config: Config, entry: ClientKey | None, record: RequestRecord,
                   request: Callable[[], Request | None], tokens: Callable[[], int],
-                  body: dict[str, Any]) -> FallbackGate | None:
-    """The gate of a request admitted with `record`; None when the config has no fallbacks."""
+                  body: dict[str, Any], input_only: bool = False) -> FallbackGate | None:
+    """The gate of a request admitted with `record`; None when the config has no fallbacks.
+    `input_only`: priced by its input tokens alone (embeddings), as its budget was."""
     settings = config.fallbacks
     if not settings.fallbacks and not settings.context_window:
         return None
@@ -48,7 +49,7 @@ def fallback_gate(state: AppState, config: Config, entry: ClientKey | None, reco
             if offered > asked * Decimal(str(ratio)):
                 return (f"its output price (${offered}/Mtok) is over fallbacks_max_cost_ratio ({ratio:g}) times "
                         f"{record.model!r}'s (${asked}/Mtok)")
-        return state.budgets.extend(config, record, routes, request, tokens, body)
+        return state.budgets.extend(config, record, routes, request, tokens, body, input_only)
 
     return gate
 

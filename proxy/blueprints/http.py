@@ -200,11 +200,13 @@ def _protocol_key_ways() -> str:
 def _refused(err: ProxyError) -> ProxyError:
     """A completion request refused for its key still ends in one record for the hooks (usage,
     recent requests: proxy.ops) — under the key's name if it named one, else "-"."""
-    protocol = registry.for_path(request.path)
-    if protocol is not None and request.method == "POST" and (request.path == protocol.client.path
+    embeddings = registry.embeddings_for_path(request.path) if request.method == "POST" else None
+    protocol = embeddings or registry.for_path(request.path)
+    if protocol is not None and request.method == "POST" and (embeddings or request.path == protocol.client.path
                                                                or protocol.client.url_routes):
         record = RequestRecord(g.request_id, client_key_name(), protocol.name, model="", stream=False,
-                               client_address=request.remote_addr, endpoint=protocol.name)
+                               client_address=request.remote_addr,
+                               endpoint="embeddings" if embeddings else protocol.name)
         record.finish(err.info.status, err.info.kind)
         app_state().hooks.request_done(record)
     return err

@@ -135,8 +135,10 @@ class Budgets(Hooks):
     # ------------------------------------------------------------ the request's start
 
     def admit(self, config: Config, entry: ClientKey | None, record: RequestRecord, routes: Sequence[Route],
-              request: Callable[[], Request | None], tokens: Callable[[], int], body: dict[str, Any]) -> None:
-        """Hold the request's worst case against every budget it falls under, or raise the refusal."""
+              request: Callable[[], Request | None], tokens: Callable[[], int], body: dict[str, Any],
+              input_only: bool = False) -> None:
+        """Hold the request's worst case against every budget it falls under, or raise the refusal.
+        `input_only`: a request priced by its input tokens alone (embeddings: no output, no cache writes)."""
         if entry is None:
             return
         view = self._of(config)
@@ -145,7 +147,7 @@ class Budgets(Hooks):
         if not subjects or not routes:  # no budget; or a model no upstream serves (the relay's 404)
             return
         book = view.book
-        sizing = size(routes, book, config.budgets, tokens(), request(), body)
+        sizing = size(routes, book, config.budgets, tokens(), request(), body, input_only)
         refused = [r for r in sizing.unpriced if not book.unknown_allowed(r.upstream.name)]
         if refused:
             route = refused[0]
@@ -176,7 +178,8 @@ class Budgets(Hooks):
         self._start_renewer()
 
     def extend(self, config: Config, record: RequestRecord, routes: Sequence[Route],
-               request: Callable[[], Request | None], tokens: Callable[[], int], body: dict[str, Any]) -> str | None:
+               request: Callable[[], Request | None], tokens: Callable[[], int], body: dict[str, Any],
+               input_only: bool = False) -> str | None:
         """Before a request falls back to another model (proxy/relay/fallbacks.py): hold the rest of
         that model's worst case, if it is higher than what the request holds. None when held (or no
         budget applies); else why not — a fallback a budget cannot cover is not taken, so a budget is
@@ -184,7 +187,7 @@ class Budgets(Hooks):
         held = self._open.get(id(record))
         if held is None or held.record is not record:
             return None  # not budgeted
-        sizing = size(routes, self._of(config).book, config.budgets, tokens(), request(), body)
+        sizing = size(routes, self._of(config).book, config.budgets, tokens(), request(), body, input_only)
         if sizing.unpriced and not all(self._of(config).book.unknown_allowed(r.upstream.name)
                                        for r in sizing.unpriced):
             return "it has no price and the key has a USD budget"

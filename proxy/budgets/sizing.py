@@ -7,7 +7,8 @@ Owns the worst case (proxy.money.cost.worst_case_micros) of one request:
   request may be cached — the client marked something `cache_control`, or the upstream adds its own
   breakpoints (`prompt_cache`, on unless `off`; for a model without a cache-write price the class
   falls back to `input`, so this costs nothing there);
-- plus the output cap at the output price: the client's max_tokens (max_tokens /
+- plus the output cap at the output price (none, nor a cache-write price, for a request priced
+  by its input alone: embeddings): the client's max_tokens (max_tokens /
   max_completion_tokens / max_output_tokens, the IR's `max_tokens`), else the upstream's
   `max_output_tokens`, else `budget_default_max_output_tokens` (genai-prices has no maximum
   output per model to fall back on);
@@ -55,7 +56,7 @@ def _factor(margin: float) -> Decimal:
 
 
 def size(routes: Sequence[Route], book: PriceBook, settings: BudgetSettings, input_tokens: int,
-         req: Request | None, body: dict[str, Any]) -> Sizing:
+         req: Request | None, body: dict[str, Any], input_only: bool = False) -> Sizing:
     found = Sizing()
     tokens = math.ceil(input_tokens * _factor(settings.input_margin))
     client_cap = req.max_tokens if req is not None else None
@@ -66,7 +67,7 @@ def size(routes: Sequence[Route], book: PriceBook, settings: BudgetSettings, inp
         if price is None:
             found.unpriced.append(route)
             continue
-        cap = client_cap or upstream.max_output_tokens or settings.default_max_output_tokens
-        caching = client_caches or upstream.prompt_cache != "off"
+        cap = 0 if input_only else client_cap or upstream.max_output_tokens or settings.default_max_output_tokens
+        caching = not input_only and (client_caches or upstream.prompt_cache != "off")
         found.amount = max(found.amount, worst_case_micros(price, tokens, cap, caching))
     return found

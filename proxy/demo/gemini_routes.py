@@ -6,6 +6,8 @@ config names):
   POST .../v1beta/models/{model}:streamGenerateContent     with ?alt=sse: SSE events; without: one
                                                            JSON array, written as it goes
   POST .../v1beta/models/{model}:countTokens               {contents} or {generateContentRequest}
+  POST .../v1beta/models/{model}:embedContent              deterministic vectors (proxy/demo/embeddings.py)
+  POST .../v1beta/models/{model}:batchEmbedContents        the same, one a request
   GET  .../v1beta/models?pageSize=&pageToken=              the models list, paged
   GET  .../v1beta/models/{model}                           one entry (any name: the demo serves any)
 
@@ -27,7 +29,7 @@ import json
 from typing import Any, Protocol
 from urllib.parse import unquote
 
-from proxy.demo import faces, gemini_face, gemini_read, scenarios, strict
+from proxy.demo import embeddings, faces, gemini_face, gemini_read, scenarios, strict
 from proxy.demo import gemini_signatures as signatures
 from proxy.demo.http import HTTPRequest, Writer
 from proxy.demo.prompt_cache import PromptCache
@@ -35,6 +37,7 @@ from proxy.demo.prompt_cache import PromptCache
 PREFIX = "/v1beta/models"
 STABLE = "/v1/models"
 GENERATE = ("generateContent", "streamGenerateContent")
+EMBED = ("embedContent", "batchEmbedContents")
 NO_KEY = ("Method doesn't allow unregistered callers (callers without established identity). Please use API Key or "
           "other form of API consumer identity to call this API.")
 
@@ -97,6 +100,9 @@ def serve(host: Host, req: HTTPRequest, w: Writer, body: Any, key: str, rid: str
                 return fail(400, gemini_face.error_body(400, "Invalid page token."))
             return w.response(200, _json(page))
         return w.response(200, _json(gemini_face.model_entry(model)))
+    if req.method == "POST" and model and method in EMBED and isinstance(body, dict):
+        status, answer = embeddings.gemini(method, gemini_read.camel(body))
+        return w.response(status, answer if isinstance(answer, bytes) else _json(answer))
     if req.method != "POST" or not model or method not in (*GENERATE, "countTokens"):
         return fail(404, gemini_face.error_body(404, f"Method not found: {req.method} {req.path}"))
     if not isinstance(body, dict):

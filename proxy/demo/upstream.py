@@ -1,7 +1,8 @@
 """The simulated OpenAI-compatible upstream behind `llm-proxy demo` and the test suite.
 
 Owns the upstream's endpoints — `GET /v1/models`, `POST /v1/chat/completions` executing a
-`scenarios.Plan`, and `POST /v1/messages` and `POST /v1/responses`, the same model behind the
+`scenarios.Plan`, `POST /v1/embeddings` (proxy/demo/embeddings.py), and `POST /v1/messages` and
+`POST /v1/responses`, the same model behind the
 Anthropic and Responses protocols (proxy/demo/faces.py) and the Gemini API's `/v1beta` endpoints
 (proxy/demo/gemini_routes.py; keys as `x-goog-api-key` or `?key=`), `DELETE /v1/responses/{id}`
 (acknowledged: the demo keeps no responses, tests read the request log) — and a control API under `/_demo/`
@@ -51,7 +52,7 @@ from typing import Any
 import gevent
 from gevent.event import Event
 
-from proxy.demo import compaction, faces, gemini_face, gemini_routes, scenarios, strict
+from proxy.demo import compaction, embeddings, faces, gemini_face, gemini_routes, scenarios, strict
 from proxy.demo.http import HTTPRequest, PeerGone, Writer
 from proxy.demo.prompt_cache import PromptCache
 from proxy.errors import ProxyError, kind_for_status
@@ -144,6 +145,8 @@ class DemoUpstream:
                 return self._chat(req, w, record, rid, self._first_try(rid, key))
             except scenarios.DirectiveError as exc:
                 return w.response(400, _json(_error(f"demo upstream: {exc}", code="invalid_directive")))
+        if req.method == "POST" and req.path.endswith("/embeddings"):
+            return w.response(*embeddings.openai(record["body"]))
         if req.method == "POST" and req.path.endswith("/responses/compact"):
             return w.response(200, _json(compaction.compact_answer(record["body"])))
         if req.method == "POST" and req.path.endswith("/responses") and compaction.triggered(record["body"]):

@@ -95,13 +95,14 @@ class Limiter(Hooks):
     # ------------------------------------------------------------ the request's start
 
     def admit(self, entry: ClientKey | None, record: RequestRecord, request: Callable[[], Request],
-              body: dict[str, Any]) -> None:
+              body: dict[str, Any], tokens: int | None = None) -> None:
         """Let the request in (reserving it) or raise the 429. `request` decodes the body to the IR,
-        called only when the key has token limits (for the estimate)."""
+        called only when the key has token limits (for the estimate) and `tokens` does not give it
+        (an embeddings request, estimated by its own rule)."""
         if entry is None or entry.limits is None:
             return
         limits = entry.limits
-        tokens = estimate(request, body) if limits.counts_tokens else 0
+        tokens = (estimate(request, body) if tokens is None else tokens) if limits.counts_tokens else 0
         lease = uuid.uuid4().hex
         store, decision = self._call(lambda s: s.admit(entry.name, limits, tokens, lease))
         if decision.refusal is not None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.config import Upstream
+from proxy.ir.embeddings import EmbeddingsAnswer, EmbeddingsRequest
 from proxy.ir.request import Request
 from proxy.ir.response import ErrorInfo, Response
 from proxy.protocols.exchange import Exchange
@@ -154,6 +155,34 @@ class Passthrough:
 
 
 @dataclass(frozen=True)
+class EmbeddingsCodec:
+    """A protocol's embeddings: the endpoints its clients post to, the call its upstreams serve,
+    and the same protocol on both sides. Bodies of both sides meet in proxy.ir.embeddings; vectors
+    travel as the upstream's number texts, never parsed and re-printed."""
+
+    # Client side. `rules`: the Flask rules its clients post to (a `<path:model>` part where the URL
+    # names the model); `body_from_url`: the body the proxy works with, given the posted body, the
+    # model the URL names (None: no such part) and the rule it came by.
+    rules: tuple[str, ...]
+    body_from_url: Callable[[dict[str, Any], str | None, str], dict[str, Any]]
+    validate: Callable[[dict[str, Any]], None]  # a 400 (ProxyError) naming the field
+    model_of: Callable[[dict[str, Any]], str]  # of a validated body
+    decode: Callable[[dict[str, Any]], EmbeddingsRequest]
+    # The client's answer (JSON bytes), given the IR answer, the client's body and the model it asked for.
+    encode_answer: Callable[[EmbeddingsAnswer, dict[str, Any], str], bytes]
+    # Upstream side: where a request for a model goes, its body (a ProxyError 400 for what this
+    # upstream cannot be asked, such as token arrays), and its answer read (ValueError: unreadable).
+    path_for: Callable[[EmbeddingsRequest, str], str]
+    encode_request: Callable[[EmbeddingsRequest, str], dict[str, Any]]
+    decode_answer: Callable[[bytes], EmbeddingsAnswer]
+    # Passthrough: the client's body with only the model mapped, the path it goes to, and the input
+    # tokens the upstream's own answer reports (its bytes go to the client as they came).
+    prepare: Callable[[dict[str, Any], str], dict[str, Any]]
+    passthrough_path: Callable[[dict[str, Any], str], str]
+    prompt_tokens: Callable[[bytes], int | None]
+
+
+@dataclass(frozen=True)
 class Protocol:
     name: str  # chat_completions | messages | responses | …: endpoint, package, config value
     title: str  # for people: "OpenAI Chat Completions"
@@ -168,4 +197,4 @@ class Protocol:
     endpoints: tuple[Endpoint, ...] = ()
     # Embeddings, when the protocol has them (its clients' endpoints, its upstreams' calls); None:
     # routing skips its upstreams for an embeddings request.
-    embeddings: Any = None
+    embeddings: EmbeddingsCodec | None = None

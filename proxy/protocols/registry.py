@@ -65,7 +65,17 @@ def for_path(path: str) -> Protocol | None:
 def url_rules(protocol: Protocol) -> list[str]:
     """The URL rules with a `<path:model>` part a protocol serves (its main calls and its endpoints')."""
     rules = [route.rule for route in protocol.client.url_routes]
-    return rules + [e.rule for e in protocol.endpoints if "<path:model>" in e.rule]
+    rules += [e.rule for e in protocol.endpoints] + list(protocol.embeddings.rules if protocol.embeddings else ())
+    return [rule for rule in rules if "<path:model>" in rule]
+
+
+def embeddings_for_path(path: str) -> Protocol | None:
+    """The protocol one of whose embeddings endpoints `path` is (`/v1/embeddings`, Gemini's `:embedContent`)."""
+    for protocol in _PROTOCOLS.values():
+        rules = protocol.embeddings.rules if protocol.embeddings is not None else ()
+        if any(rule == path or _rule_matches(rule, path) for rule in rules):
+            return protocol
+    return None
 
 
 def _rule_matches(rule: str, path: str) -> bool:

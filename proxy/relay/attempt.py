@@ -38,9 +38,10 @@ from proxy.pool.classify import NETWORK_ACTION, NETWORK_CLASS, Verdict
 from proxy.pool.pool import AccountPool, Lease
 from proxy.protocols import registry
 from proxy.protocols.codec import Passthrough, Protocol, UpstreamSide
-from proxy.protocols.exchange import Exchange
+from proxy.protocols.exchange import EMBEDDINGS, Exchange
 from proxy.protocols.sse import dumps
 from proxy.protocols.transcode import StreamRelay, Translation
+from proxy.relay import embedding_answer
 from proxy.relay.first_byte import FirstByteBudget, OutOfTime, Tried, timed_out
 from proxy.relay.stream_end import StreamEnd, StreamEnded
 from proxy.relay.transport import ClientStream, Transport, UpstreamAnswer, UpstreamCall
@@ -169,12 +170,16 @@ class Attempt:
 
     def run(self) -> RelayResult:
         ex, upstream, lease, sides = self.ex, self.route.upstream, self.lease, self.sides
-        body = self._upstream_body()
         # Client headers travel only to an upstream of the client's own protocol (anthropic-beta, …).
         headers = ex.headers if sides.passthrough is not None else None
         header_wait = upstream.timeouts.header_wait(ex.stream)
-        path = ex.passthrough_path if sides.passthrough is not None and ex.passthrough_path else \
-            _upstream_path(sides.upstream.upstream, self.route.model, ex.stream)
+        if ex.operation == EMBEDDINGS:
+            prepared, path = embedding_answer.request(sides.client, sides.upstream, ex, self.route.model)
+            body = dumps(self.kit.unsupported.strip(prepared, upstream.name, upstream.unsupported, {}))
+        else:
+            body = self._upstream_body()
+            path = ex.passthrough_path if sides.passthrough is not None and ex.passthrough_path else \
+                _upstream_path(sides.upstream.upstream, self.route.model, ex.stream)
         record = self.request
         if record is not None and (record.capture is not None or record.trace is not None):
             headers = self._watched(record, path, body, headers)
@@ -214,7 +219,7 @@ class Attempt:
 
         if ex.stream and _is_event_stream(answer.headers.get("Content-Type", "")):
             return self._stream(answer)
-        return self._whole(answer)
+        return self._embeddings_whole(answer) if ex.operation == EMBEDDINGS else self._whole(answer)
 
     def _watched(self, record: RequestRecord, path: str, body: bytes,
                  headers: dict[str, str] | None) -> dict[str, str] | None:
@@ -247,6 +252,19 @@ class Attempt:
         # Fields this upstream rejects leave here, whichever path built the body.
         return dumps(self.kit.unsupported.strip(prepared, route.upstream.name, route.upstream.unsupported,
                                                   sides.upstream.upstream.nested_fields))
+
+    def _embeddings_whole(self, answer: UpstreamAnswer) -> RelayResult:
+        raw = self._read_raw(answer)
+        try:
+            body, usage = embedding_answer.answer(self.sides.client, self.sides.upstream, self.ex, raw,
+                                                  self.route.upstream.name)
+        except ProxyError:
+            self.lease.release(failure="upstream_error")
+            self._log(answer.status, "upstream_error", "fail")
+            raise
+        self.lease.release(usage=usage)
+        self._log(answer.status, "ok", "return")
+        return RelayResult(200, {"Content-Type": "application/json"}, body, usage)
 
     def _stream(self, answer: UpstreamAnswer) -> RelayResult:
         ex, route, lease, sides = self.ex, self.route, self.lease, self.sides
@@ -316,7 +334,7 @@ class Attempt:
         if self.ex.conversation is not None and final is not None:
             self.ex.conversation.keep(final, self.route.upstream, self.lease.account.id, passthrough)
 
-    def _read_json(self, answer: UpstreamAnswer) -> dict[str, Any]:
+    def _read_raw(self, answer: UpstreamAnswer) -> bytes:
         name, limit = self.route.upstream.name, self.kit.max_response_bytes
         raw = answer.read(limit + 1)
         if self.request is not None and self.request.capture is not None:
@@ -325,6 +343,10 @@ class Attempt:
             self.lease.release(failure="upstream_error")
             raise ProxyError(502, f"upstream {name!r} answered with more than {limit} bytes, the "
                                   "limit for a non-streamed answer (max_response_bytes)", "upstream_error")
+        return raw
+
+    def _read_json(self, answer: UpstreamAnswer) -> dict[str, Any]:
+        name, raw = self.route.upstream.name, self._read_raw(answer)
         try:
             doc = json.loads(raw)
         except ValueError:

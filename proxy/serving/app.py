@@ -41,6 +41,7 @@ from proxy.blueprints import (
 from proxy.blueprints import metrics as metrics_endpoint
 from proxy.blueprints import reload as reload_endpoints
 from proxy.blueprints.completions import completions_blueprint
+from proxy.blueprints.embeddings import embeddings_blueprint
 from proxy.blueprints.state import AppState, app_state, install
 from proxy.config import Config
 from proxy.conversations.compaction_key import compaction_secret
@@ -155,6 +156,7 @@ def create_app(config: Config | None = None, start_background: bool = True) -> F
     app.wsgi_app = forwarded.middleware(app.wsgi_app, config.server.forwarded_allow_ips)  # type: ignore[method-assign]
     for protocol in registry.all_protocols():  # each protocol's endpoint, plugins' included
         app.register_blueprint(completions_blueprint(protocol))
+    app.register_blueprint(embeddings_blueprint())  # every protocol's embeddings endpoints
     for module in ENDPOINTS:
         app.register_blueprint(module.bp)
     return app

@@ -164,7 +164,7 @@ def test_count_tokens_with_both_shapes_is_refused(any_upstream: ProxyServer) -> 
 
 
 def test_unknown_method_is_a_gemini_404(any_upstream: ProxyServer) -> None:
-    raw = request(any_upstream.url, "POST", f"/v1beta/models/{MODEL}:embedContent", {"content": {}},
+    raw = request(any_upstream.url, "POST", f"/v1beta/models/{MODEL}:predict", {"instances": []},
                   headers={"x-goog-api-key": CLIENT_KEY})
     error = raw.json()["error"]
     assert raw.status == 404 and error["status"] == "NOT_FOUND"

@@ -192,6 +192,8 @@ def test_the_worst_case_takes_the_margin_the_cap_and_the_dearest_route() -> None
     assert size(routes, book, cfg.budgets, 1000, plain, {}).amount == 1500 * 3 + 100 * 2
     capped = Request(model="demo-model", max_tokens=10)
     assert size(routes, book, cfg.budgets, 1000, capped, {}).amount == 4500 + 20
+    # embeddings: the input tokens at the input price alone — no output cap, no cache write
+    assert size(routes, book, cfg.budgets, 1000, None, {}, input_only=True).amount == 1500 * PRICES["demo-*"]["input"]
     assert size(Router(cfg.upstreams).resolve("unknown"), book, cfg.budgets, 10, plain, {}).unpriced == []
     unpriced = config(pricing={"models": {"other": {"input": 1, "output": 1}}})
     found = size(Router(unpriced.upstreams).resolve("demo-model"), PriceBook(unpriced), unpriced.budgets, 10,

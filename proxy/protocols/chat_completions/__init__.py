@@ -10,7 +10,7 @@ from typing import Any
 from proxy.config import Upstream
 from proxy.errors import embedded_error
 from proxy.ir.response import ErrorInfo
-from proxy.protocols.chat_completions import request, response, upstream_request
+from proxy.protocols.chat_completions import embeddings, request, response, upstream_request
 from proxy.protocols.chat_completions.passthrough import ChatPassthroughStream
 from proxy.protocols.chat_completions.stream_decode import ChatStreamDecoder
 from proxy.protocols.chat_completions.stream_encode import ChatStreamEncoder
@@ -76,6 +76,6 @@ PASSTHROUGH = Passthrough(
 
 PROTOCOL = Protocol(name="chat_completions", title="OpenAI-compatible (Chat Completions)",
                     client=CLIENT, upstream=UPSTREAM, passthrough=PASSTHROUGH, aliases=("openai",),
-                    provider="openai")
+                    provider="openai", embeddings=embeddings.CODEC)
 
 __all__ = ["PROTOCOL"]

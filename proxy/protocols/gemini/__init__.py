@@ -18,7 +18,15 @@ from proxy.ir.request import Request
 from proxy.ir.response import ErrorInfo, Response
 from proxy.protocols.codec import Answer, ClientSide, Endpoint, Passthrough, Protocol, UpstreamSide, UrlRoute
 from proxy.protocols.exchange import Exchange
-from proxy.protocols.gemini import catalog, passthrough, request, response, upstream_request, upstream_response
+from proxy.protocols.gemini import (
+    catalog,
+    embeddings,
+    passthrough,
+    request,
+    response,
+    upstream_request,
+    upstream_response,
+)
 from proxy.protocols.gemini.errors import error_body, error_from_gemini
 from proxy.protocols.gemini.spelling import camel_keys
 from proxy.protocols.gemini.stream_decode import GeminiStreamDecoder
@@ -116,6 +124,6 @@ PROTOCOL = Protocol(
                           count_answer=lambda n: {"totalTokens": n}) for root in CALL_ROOTS),
                Endpoint("catalog", MODELS, catalog=catalog.listing),
                Endpoint("catalog", f"{MODELS}/<path:model>", catalog=catalog.listing)),
-    provider="gcp.gemini")
+    provider="gcp.gemini", embeddings=embeddings.CODEC)
 
 __all__ = ["PROTOCOL"]
