@@ -166,6 +166,13 @@ def test_a_named_keys_globs_and_token_limit(emb: ProxyServer, demo_upstream: Dem
         client(emb, RAG).embeddings.create(model=OAI_MODEL, input="y" * 40,
                                            extra_headers={"X-Request-Id": refused_id})
     assert "tokens_per_minute" in str(refused.value) and demo_upstream.requests(refused_id) == []
+    usage = request(emb.url, "GET", "/admin/usage?group_by=endpoint,client_key",
+                    headers={"Authorization": f"Bearer {ADMIN_KEY}"}).json()
+    rows = {(r["endpoint"], r["client_key"]): r for r in usage["rows"]}
+    assert rows[("embeddings", "rag")]["input_tokens"] == 32 and rows[("embeddings", "rag")]["output_tokens"] == 0
+    metrics = request(emb.url, "GET", "/metrics", headers={"Authorization": f"Bearer {ADMIN_KEY}"}).body().decode()
+    assert any('endpoint="embeddings"' in line for line in metrics.splitlines()
+               if line.startswith("llm_proxy_requests_total"))
 
 
 # ------------------------------------------------------------ translation: Gemini upstreams, Gemini clients
