@@ -132,7 +132,15 @@ IDLE_KIB_PER_STREAM = 40.0
 # The operating point: OP_STREAMS concurrent streams, deltas OP_INTERVAL_MS apart.
 OP_STREAMS, OP_INTERVAL_MS, OP_LONG, OP_SHORT = 10, 20.0, 50, 2
 OP_LONG_PER_CONN, OP_SHORT_PER_CONN, TTFB1_REQUESTS = 20, 25, 200
-FOCUS_GROUPS = ("op", "ttfb", "c500", "idle", "nonstream", "batched")
+FOCUS_GROUPS = ("op", "ttfb", "c500", "idle", "nonstream", "batched", "board")
+# The lanes the public gateway board publishes ("board"): a passthrough and a translated pair; a
+# non-streamed concurrency sweep, each level also straight to the mock (added latency = proxy minus
+# direct; the requests/s frontier under each p99 bound), and 64-delta streams at 20 ms (added time to
+# first token and added delivery delay per frame), at 1 and 10 streams.
+BOARD_PAIRS = [("chat", "chat_completions"), ("messages", "chat_completions")]
+BOARD_SWEEP = (1, 2, 4, 8, 16, 32, 64)
+BOARD_P99_BOUNDS_MS = (1, 5, 10, 50)
+BOARD_DELTAS = 64
 
 
 # ---------------------------------------------------------------- processes
@@ -377,6 +385,20 @@ def focus_scenarios(groups: Iterable[str]) -> list[Scenario]:
             out.append(Scenario("stream", client, upstream, 500, requests_per_conn=1, direct=True, ramp_s=1.0))
         if "nonstream" in groups:
             out.append(Scenario("nonstream", client, upstream, 16, stream=False, chunks=0, duration=3.0, direct=True))
+    if "board" in groups:
+        out += board_scenarios()
+    return out
+
+
+def board_scenarios() -> list[Scenario]:
+    out = []
+    for client, upstream in BOARD_PAIRS:
+        for c in BOARD_SWEEP:
+            out.append(Scenario("board", client, upstream, c, stream=False, chunks=0, duration=3.0, direct=True))
+        for c in (1, 10):
+            out.append(Scenario("boardstream", client, upstream, c, chunks=BOARD_DELTAS, interval_ms=20,
+                                requests_per_conn=5 if c == 1 else 3, direct=True,
+                                ramp_s=BOARD_DELTAS * 20 / 1000 if c > 1 else 0.0))
     return out
 
 
@@ -763,6 +785,59 @@ class Report:
                            f"{pair_label(*worst)} at {older[worst]:.1f}; the newer pairs, each to be at most "
                            f"{100 * NEWER_PAIR_LIMIT:.0f} % of that ({limit:.1f}): " + "; ".join(parts) + "."]
 
+    def board(self) -> None:
+        """The board's lanes (BOARD_PAIRS): added latency, the requests/s frontier, added stream latency."""
+        rows, frontier_rows = [], []
+        for client, upstream in BOARD_PAIRS:
+            sweep = []  # (c, median rps, median p99) of the proxy
+            for c in BOARD_SWEEP:
+                sc = Scenario("board", client, upstream, c)
+                runs, direct = self.r.get("proxy", sc.key), self.r.get("direct", sc.direct_key)
+                p50, p99 = pick(runs, "summary", "latency_ms", "p50"), pick(runs, "summary", "latency_ms", "p99")
+                d50 = med(pick(direct, "summary", "latency_ms", "p50"))
+                d99 = med(pick(direct, "summary", "latency_ms", "p99"))
+                if runs:
+                    sweep.append((c, med(pick(runs, "summary", "rps")) or 0.0, med(p99)))
+                if c in (1, 16, 64):
+                    rows.append([pair_label(client, upstream), str(c),
+                                 spread([v - d50 for v in p50] if d50 is not None else []),
+                                 spread([v - d99 for v in p99] if d99 is not None else []),
+                                 fmt(d50), fmt(d99), spread(pick(runs, "summary", "rps"), 0),
+                                 spread(pick(runs, "summary", "errors"), 0),
+                                 "≤ 1.0 ms added p99" if c == 1 else "—",
+                                 mark(None if c != 1 or not runs or d99 is None else med(p99) - d99 <= 1.0)])
+            for bound in BOARD_P99_BOUNDS_MS:
+                within = [(rps, c) for c, rps, p99 in sweep if p99 is not None and p99 <= bound]
+                best = max(within) if within else None
+                frontier_rows.append([pair_label(client, upstream), f"{bound:g}",
+                                      fmt(best[0], 0) if best else "none", str(best[1]) if best else "—"])
+        self.table("The board's lanes: added latency, non-streamed (proxy minus direct)",
+                   "Closed loop for 3 s at each concurrency, ~200-byte answers; added = the proxy's percentile minus "
+                   "the same percentile straight to the mock in the same trial.",
+                   ["pair", "c", "added p50 ms", "added p99 ms", "direct p50", "direct p99", "req/s", "errors",
+                    "goal", "ok"], rows)
+        self.table("The board's lanes: requests/s within a tail-latency bound",
+                   f"From one concurrency sweep ({', '.join(map(str, BOARD_SWEEP))}): the most requests/s the proxy "
+                   "carried at a level whose p99 stayed under the bound (medians over trials).",
+                   ["pair", "p99 bound ms", "req/s", "at c"], frontier_rows)
+        rows = []
+        for client, upstream in BOARD_PAIRS:
+            for c in (1, 10):
+                sc = Scenario("boardstream", client, upstream, c)
+                runs, direct = self.r.get("proxy", sc.key), self.r.get("direct", sc.direct_key)
+                out = [pair_label(client, upstream), str(c)]
+                for figure in ("ttft_ms", "delay_ms"):
+                    for q in ("p50", "p99"):
+                        base = med(pick(direct, "summary", figure, q))
+                        added = [v - base for v in pick(runs, "summary", figure, q)] if base is not None else []
+                        out.append(spread(added))
+                out.append(spread(pick(runs, "summary", "errors"), 0))
+                rows.append(out)
+        self.table(f"The board's lanes: streams of {BOARD_DELTAS} deltas at 20 ms (proxy minus direct)",
+                   "Time to first token, and the delivery delay of every frame (arrival minus the mock's send stamp).",
+                   ["pair", "streams", "added TTFT p50 ms", "added TTFT p99 ms", "added frame p50 ms",
+                    "added frame p99 ms", "errors"], rows)
+
     def first_byte(self) -> None:
         rows = []
         for client, upstream in PAIRS:
@@ -926,6 +1001,8 @@ def write_report(results: Results, args: argparse.Namespace, started: dt.datetim
             rep.nonstream((16,))
         if "idle" in groups:
             rep.idle()
+        if "board" in groups:
+            rep.board()
         rep.memory()
         return "\n".join(rep.lines) + "\n"
     if not args.quick:
