@@ -36,8 +36,13 @@ Each trial restarts the proxy; figures are medians over trials with the min-max 
 --focus runs only what the latency and per-chunk targets are judged on (the operating point, the
 time to first byte at 1 and 10 streams, 500 streams, 1,000 idle streams, the non-streamed CPU, and
 the c=100 fit next to the operating point) — about 5 minutes a trial; --only narrows it further to
-some of its groups (op, ttfb, c500, idle, nonstream, batched). --workers N runs N gevent workers,
-pinned to the first N cores with the mock and the load generator sharing the last one.
+some of its groups (op, ttfb, c500, idle, nonstream, batched, board). `board` is the lanes the public
+gateway board publishes, for a passthrough and a translated pair (BOARD_PAIRS): added non-streamed
+latency p50/p99 at concurrency 1, 16 and 64 (proxy minus direct, the same trial), the requests/s
+frontier under p99 bounds of 1, 5, 10 and 50 ms from one concurrency sweep, and added time to first
+token and frame delay on 64-delta streams at 20 ms, at 1 and 10 streams — about 2.5 minutes a trial.
+--workers N runs N gevent workers, pinned to the first N cores with the mock and the load
+generator sharing the last one.
 
 --ops says whether the operators' concerns that cost CPU on the request path — Prometheus metrics
 and usage accounting (OPS_OFF) — are on (the default config) or off in the proxy measured; `both`
