@@ -42,6 +42,14 @@ def columns(db: sqlite3.Connection, table: str) -> list[str]:
     return [row[1] for row in db.execute(f"PRAGMA table_info({table})")]
 
 
+def left_by_release(monkeypatch: pytest.MonkeyPatch, path: str, version: int) -> None:
+    """Make the state file at `path` as a release whose last migration was `version` left it."""
+    with monkeypatch.context() as patched:
+        patched.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:version])
+        patched.setattr(schema, "CURRENT_VERSION", version)
+        assert schema.migrate(path) == (0, version)
+
+
 def test_a_new_file_is_created_owner_only_in_wal_mode_at_the_current_version(tmp_path: Path) -> None:
     path = str(tmp_path / "state.db")
     assert schema.migrate(path) == (0, CURRENT_VERSION)
@@ -72,10 +80,7 @@ def test_a_version_1_file_gains_the_client_address_keeping_its_recent_requests(
     from proxy.ops.sqlite_usage_store import SQLiteUsageStore
 
     path = str(tmp_path / "state.db")
-    with monkeypatch.context() as patched:  # the file as the release with migration 1 only left it
-        patched.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:1])
-        patched.setattr(schema, "CURRENT_VERSION", 1)
-        assert schema.migrate(path) == (0, 1)
+    left_by_release(monkeypatch, path, 1)  # the file as the release with migration 1 only left it
     with sqlite3.connect(path) as db:
         assert "client_address" not in columns(db, "recent_requests")
         db.execute("INSERT INTO recent_requests (request_id, time, client_key, client_protocol, model, upstream_model,"
@@ -106,10 +111,7 @@ def test_a_version_2_file_keeps_its_usage_rows_under_no_price_version_and_gains_
     from proxy.ops.usage_store import UsageQuery, UsageRow
 
     path = str(tmp_path / "state.db")
-    with monkeypatch.context() as patched:  # the file as the release with migrations 1 and 2 left it
-        patched.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:2])
-        patched.setattr(schema, "CURRENT_VERSION", 2)
-        assert schema.migrate(path) == (0, 2)
+    left_by_release(monkeypatch, path, 2)  # the file as the release with migrations 1 and 2 left it
     with sqlite3.connect(path) as db:
         db.execute("INSERT INTO usage_minutes (minute, client_key, client_protocol, model, upstream_model, upstream,"
                    " account, stream, outcome, status, requests, input_tokens, output_tokens) VALUES"
@@ -230,10 +232,7 @@ def test_a_version_5_file_gains_an_empty_key_store_keeping_its_budgets(
     """Migration 6 adds the runtime keys' tables: a file from before reads back with no runtime key,
     no audit entry, at version 0 — and what it held stays."""
     path = str(tmp_path / "state.db")
-    with monkeypatch.context() as patched:  # the file as the release with migrations 1 to 5 left it
-        patched.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:5])
-        patched.setattr(schema, "CURRENT_VERSION", 5)
-        assert schema.migrate(path) == (0, 5)
+    left_by_release(monkeypatch, path, 5)  # the file as the release with migrations 1 to 5 left it
     with sqlite3.connect(path) as db:
         db.execute("INSERT INTO budget_spend (subject, window, period, spent) VALUES ('key:a', 'usd_total', '', 7)")
     assert schema.migrate(path) == (5, CURRENT_VERSION)
@@ -257,10 +256,7 @@ def test_a_version_6_file_keeps_its_usage_under_its_protocol_as_endpoint_and_its
     from proxy.ops.usage_store import UsageQuery, UsageRow
 
     path = str(tmp_path / "state.db")
-    with monkeypatch.context() as patched:  # the file as the release with migrations 1 to 6 left it
-        patched.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:6])
-        patched.setattr(schema, "CURRENT_VERSION", 6)
-        assert schema.migrate(path) == (0, 6)
+    left_by_release(monkeypatch, path, 6)  # the file as the release with migrations 1 to 6 left it
     with sqlite3.connect(path) as db:
         assert "endpoint" not in columns(db, "usage_minutes")
         db.execute("INSERT INTO usage_minutes (minute, client_key, client_protocol, model, upstream_model, upstream,"
