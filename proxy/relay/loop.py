@@ -45,7 +45,7 @@ from proxy.streaming import ClientGone, hangup_aborts
 log = logging.getLogger("proxy.relay")
 
 # RelayResult is defined beside the attempt that builds it; callers of the loop take it from here.
-__all__ = ["MODEL_HEADER", "Relay", "RelayResult"]
+__all__ = ["MODEL_HEADER", "Relay", "RelayResult", "able_routes"]
 
 MODEL_HEADER = "x-llm-proxy-model"  # the client model name that answered: the one asked for, or a fallback
 
@@ -68,6 +68,14 @@ class _CloseRecord:
         if record.finish(200, failure or OK, usage):
             self.hooks.stream_closed(record)
             self.hooks.request_done(record)
+
+
+def able_routes(operation: str, routes: list[Route]) -> list[Route]:
+    """Those of `routes` that can serve `operation`: for embeddings, the upstreams whose protocol
+    has them (what the relay tries, and what the edge sizes a budget over)."""
+    if operation != EMBEDDINGS:
+        return routes
+    return [r for r in routes if registry.get(r.upstream.protocol).embeddings is not None]
 
 
 @dataclass
@@ -148,20 +156,19 @@ class Relay:
         return error
 
     def _routes(self, ex: Exchange, model: str) -> list[Route]:
-        """The routes of `model` for what `ex` asks (§5.1); a 404 when no upstream serves it."""
-        routes = self.router.routes_to_try(model)
-        if not routes:
+        """The routes of `model` for what `ex` asks (§5.1); a 404 when no upstream serves it, a 400
+        when only upstreams that cannot do what it asks do."""
+        every = self.router.routes_to_try(model)
+        if not every:
             raise ProxyError(404, f"The model {model!r} is not served by this proxy; GET /v1/models lists "
                                   "the models it serves.", "not_found", code="model_not_found", param="model")
-        if ex.operation == EMBEDDINGS:  # only upstreams whose protocol has embeddings serve them
-            serving = [r for r in routes if registry.get(r.upstream.protocol).embeddings is not None]
-            if not serving:
-                kinds = ", ".join(sorted({r.upstream.protocol for r in routes}))
-                raise ProxyError(400, f"The model {model!r} is served here only by upstreams whose protocol has no "
-                                      f"embeddings endpoint ({kinds}); ask for an embeddings model of an "
-                                      "OpenAI-compatible or Gemini upstream.", "invalid_request",
-                                 code="model_not_embeddings", param="model")
-            routes = serving
+        routes = able_routes(ex.operation, every)
+        if not routes:
+            kinds = ", ".join(sorted({r.upstream.protocol for r in every}))
+            raise ProxyError(400, f"The model {model!r} is served here only by upstreams whose protocol has no "
+                                  f"embeddings endpoint ({kinds}); ask for an embeddings model of an "
+                                  "OpenAI-compatible or Gemini upstream.", "invalid_request",
+                             code="model_not_embeddings", param="model")
         return routes
 
     def _fallback(self, ex: Exchange, walk: Walk, failed: ModelFailed,
@@ -169,8 +176,8 @@ class Relay:
         """The next model `ex` may fall back to after `failed`, with its routes; None when none is left."""
         for model in walk.candidates(failed.reason or UNSERVED):
             walk.tried.append(model)
-            routes = self.router.routes_to_try(model)
-            why_not = "no upstream serves it" if not routes else gate(model, routes)
+            routes = able_routes(ex.operation, self.router.routes_to_try(model))  # a fallback is held to what ex asks
+            why_not = "no upstream serves it for this request" if not routes else gate(model, routes)
             if why_not is None:
                 log.info("fallback rid=%s from=%s to=%s because=%s (%s)", ex.request_id, ex.model, model,
                          failed.reason, failed.error.info.message[:200])

@@ -37,6 +37,7 @@ OAI_KEYS = ("sk-emb-oai-1", "sk-emb-oai-2")
 GEM_KEY, ANTH_KEY = "sk-emb-gem-1", "sk-emb-anth-1"
 RAG = "sk-emb-rag-0123456789"
 OAI_MODEL, GEM_MODEL, ANTH_MODEL = "text-embedding-3-small", "gemini-embedding-001", "claude-only-embed"
+FALLING = "text-embedding-falling"
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +47,9 @@ def emb(demo_upstream: DemoUpstream, tmp_path_factory: pytest.TempPathFactory) -
         "client_keys": [CLIENT_KEY, {"name": "rag", "key": RAG, "models": ["text-embedding-3-*"],
                                      "limits": {"tokens_per_minute": 40, "tokens_per_day": 100_000}}],
         "admin_keys": [ADMIN_KEY], "max_body_bytes": 20_000,
+        # An embeddings model falls back past a model only a Messages upstream serves (skipped: it has
+        # no embeddings) to a Gemini one.
+        "fallbacks": {FALLING: [ANTH_MODEL, GEM_MODEL]},
         "upstreams": [
             {"name": "anth", "protocol": "messages", "base_url": demo_upstream.url, "pool": pool,
              "accounts": [{"id": "anth-0", "api_key": ANTH_KEY}], "models": {"serve": ["claude-only-*"]}},
@@ -148,6 +152,26 @@ def test_a_429_account_is_cooled_and_the_next_one_answers(emb: ProxyServer, demo
     finally:
         demo_upstream.control("/_demo/keys", method="DELETE")
         admin(emb, "POST", "/admin/accounts/oai/oai-0/enable")
+
+
+def test_a_fallback_skips_models_without_embeddings_and_the_gemini_one_answers(
+        emb: ProxyServer, demo_upstream: DemoUpstream) -> None:
+    exhausted = {"status": 429, "headers": {"Retry-After": "600"}}
+    demo_upstream.control("/_demo/keys", body={key: exhausted for key in OAI_KEYS})
+    try:
+        request_id = rid()
+        raw = client(emb).embeddings.with_raw_response.create(
+            model=FALLING, input="fell", encoding_format="float", extra_headers={"X-Request-Id": request_id})
+        answer = raw.parse()
+        assert raw.headers["x-llm-proxy-model"] == GEM_MODEL and answer.model == GEM_MODEL
+        assert answer.data[0].embedding == [float(n) for n in demo_embeddings.numbers("fell", 8)]
+        keys = [r["key"] for r in demo_upstream.requests(request_id)]
+        assert sorted(keys[:2]) == sorted(OAI_KEYS) and keys[2:] == [GEM_KEY]  # never the Messages upstream
+        assert demo_upstream.requests(request_id)[-1]["path"] == f"/v1beta/models/{GEM_MODEL}:embedContent"
+    finally:
+        demo_upstream.control("/_demo/keys", method="DELETE")
+        for n in range(len(OAI_KEYS)):
+            admin(emb, "POST", f"/admin/accounts/oai/oai-{n}/enable")
 
 
 def test_a_named_keys_globs_and_token_limit(emb: ProxyServer, demo_upstream: DemoUpstream) -> None:
