@@ -15,7 +15,7 @@ the hooks exactly once: here for a whole answer or an error, by the relay when a
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -44,6 +44,7 @@ from proxy.ops.records import OK, Arrival, RequestRecord
 from proxy.protocols.codec import ClientSide, Protocol
 from proxy.protocols.exchange import Exchange
 from proxy.relay.fallbacks import FallbackGate
+from proxy.routing import Route
 
 
 def admit(state: AppState, entry: ClientKey | None, client: ClientSide, record: RequestRecord,
@@ -58,17 +59,25 @@ def admit(state: AppState, entry: ClientKey | None, client: ClientSide, record: 
     decoded = functools.cache(lambda: client.decode_request(body))
     record.decoded = decoded
     state.limiter.admit(entry, record, decoded, body)
+    return admit_spending(state, entry, client, record, state.relay.router.resolve(record.model),
+                          lambda: _or_none(decoded), lambda: estimate(decoded, body), body)
+
+
+def admit_spending(state: AppState, entry: ClientKey | None, client: ClientSide, record: RequestRecord,
+                   routes: Sequence[Route], request: Callable[[], Request | None], tokens: Callable[[], int],
+                   body: dict[str, Any], input_only: bool = False) -> FallbackGate | None:
+    """The USD budgets the key falls under (its worst case over `routes` held, or the refusal in
+    the status the client's protocol answers it with), and the gate its fallbacks pass — for a
+    completion (`admit`) and an embeddings request (`input_only`: priced by its input alone) alike."""
     try:
         config = state.keys.effective(state.config) if state.keys is not None else state.config  # runtime groups
-        state.budgets.admit(config, entry, record, state.relay.router.resolve(record.model),
-                            lambda: _or_none(decoded), lambda: estimate(decoded, body), body)
+        state.budgets.admit(config, entry, record, routes, request, tokens, body, input_only)
     except ProxyError as err:
         status = client.kind_status.get(err.info.kind)
         if status is not None:  # the status this protocol's API answers the kind with
             err.info.status = status
         raise
-    return fallback_gate(state, config, entry, record, lambda: _or_none(decoded), lambda: estimate(decoded, body),
-                         body)
+    return fallback_gate(state, config, entry, record, request, tokens, body, input_only)
 
 
 def _or_none(decode: Callable[[], Request]) -> Request | None:

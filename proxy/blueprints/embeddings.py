@@ -18,17 +18,16 @@ from collections.abc import Callable
 from flask import Blueprint, Response, g, request
 
 from proxy.blueprints.auth import check_model
-from proxy.blueprints.completions import arriving_record, recorded
-from proxy.blueprints.fallback_gate import fallback_gate
+from proxy.blueprints.completions import admit_spending, arriving_record, recorded
 from proxy.blueprints.http import client_key, client_socket, json_body, relay_response
 from proxy.blueprints.state import app_state
-from proxy.errors import ProxyError
 from proxy.ir.embeddings import estimate_tokens
 from proxy.ir.request import Request
 from proxy.ops.records import OK
 from proxy.protocols import registry
 from proxy.protocols.codec import EmbeddingsCodec, Protocol
 from proxy.protocols.exchange import EMBEDDINGS, Exchange
+from proxy.relay.loop import able_routes
 
 ENDPOINT = EMBEDDINGS  # what usage and metrics file these requests under, and the relay's operation
 
@@ -48,17 +47,9 @@ def serve(protocol: Protocol, codec: EmbeddingsCodec, model: str | None, rule: s
         check_model(entry, record.model)
         tokens = estimate_tokens(codec.decode(body))
         state.limiter.admit(entry, record, _no_ir, body, tokens=tokens)
-        routes = [r for r in state.relay.router.resolve(record.model)
-                  if registry.get(r.upstream.protocol).embeddings is not None]
-        try:
-            config = state.keys.effective(state.config) if state.keys is not None else state.config
-            state.budgets.admit(config, entry, record, routes, lambda: None, lambda: tokens, body, input_only=True)
-        except ProxyError as err:
-            status = protocol.client.kind_status.get(err.info.kind)
-            if status is not None:  # the status this protocol's API answers the kind with
-                err.info.status = status
-            raise
-        gate = fallback_gate(state, config, entry, record, lambda: None, lambda: tokens, body, input_only=True)
+        routes = able_routes(ENDPOINT, state.relay.router.resolve(record.model))
+        gate = admit_spending(state, entry, protocol.client, record, routes, lambda: None, lambda: tokens, body,
+                              input_only=True)
         ex = Exchange(protocol=protocol.name, body=body, model=record.model, stream=False,
                       request_id=g.request_id, client_socket=client_socket(),
                       request_headers={k.lower(): v for k, v in request.headers.items()}, operation=ENDPOINT)
