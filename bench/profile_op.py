@@ -37,6 +37,8 @@ def main() -> None:
     parser.add_argument("--no-stream", dest="stream", action="store_false")
     parser.add_argument("--duration", type=float, help="seconds, instead of --requests-per-conn")
     parser.add_argument("--settle-s", type=float, default=1.0, help="after starting the profiler")
+    parser.add_argument("--ops", choices=("on", "off"), default="on",
+                        help="the operators' concerns on the request path (metrics, usage), as bench/run.py --ops")
     parser.add_argument("profiler", nargs=argparse.REMAINDER, help="-- command with {pid}")
     args = parser.parse_args()
     command = [a for a in args.profiler if a != "--"]
@@ -48,7 +50,7 @@ def main() -> None:
     mock, port = bench.start_mock(0)
     try:
         with tempfile.TemporaryDirectory(prefix="llm-proxy-profile-") as tmp:
-            proxy = bench.start_proxy(f"http://127.0.0.1:{port}/v1", Path(tmp))
+            proxy = bench.start_proxy(f"http://127.0.0.1:{port}/v1", Path(tmp), ops=args.ops == "on")
             try:
                 target = bench.Target("proxy", proxy.url, bench.CLIENT_KEY, proxy.process.pid)
                 bench.warm_up(target, Path(tmp))

@@ -242,7 +242,9 @@ class Proxy:
 
 
 def start_proxy(mock_url: str, tmp: Path, ops: bool = True, name: str = "proxy",
-                overlay: dict[str, Any] | None = None) -> Proxy:
+                overlay: dict[str, Any] | None = None, root: Path = ROOT) -> Proxy:
+    """The proxy of the checkout at `root` (gunicorn imports `proxy` from its working directory):
+    bench/ab.py starts two checkouts side by side."""
     config = tmp / f"{name}-config.yaml"
     config.write_text(yaml.safe_dump(proxy_config(mock_url, tmp, ops, name, overlay)))
     sock = listening_socket()
@@ -251,9 +253,9 @@ def start_proxy(mock_url: str, tmp: Path, ops: bool = True, name: str = "proxy",
     log_path = tmp / f"proxy-{time.time_ns()}.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "-c", str(ROOT / "gunicorn.conf.py"), "--bind",
+            [sys.executable, "-m", "gunicorn", "-c", str(root / "gunicorn.conf.py"), "--bind",
              f"fd://{sock.fileno()}", "proxy.wsgi:app"],
-            pass_fds=[sock.fileno()], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+            pass_fds=[sock.fileno()], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
             preexec_fn=pinned(PROXY_CORES))
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     sock.close()
