@@ -14,32 +14,18 @@ import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import requests
-from requests.adapters import HTTPAdapter
 from requests.structures import CaseInsensitiveDict
 from urllib3 import Timeout
-from urllib3.connection import HTTPConnection, HTTPSConnection
-from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
-from urllib3.exceptions import (
-    ClosedPoolError,
-    ConnectTimeoutError,
-    HTTPError,
-    InvalidHeader,
-    MaxRetryError,
-    NewConnectionError,
-    ProtocolError,
-    ReadTimeoutError,
-    SSLError,
-)
+from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 
 from proxy import __version__
 from proxy.config import Timeouts, Upstream
 from proxy.config.values import redact_proxy_url
 from proxy.ir.response import ErrorInfo
 from proxy.protocols import registry
-from proxy.upstream.sockets import peek
+from proxy.upstream.pooled import Adapter, as_requests_error
 
 log = logging.getLogger(__name__)
 
@@ -88,97 +74,13 @@ class Target:
         return self.timeouts.read if self.header_timeout is None else self.header_timeout
 
 
-def _still_open(conn: HTTPConnection) -> bool:
-    """Whether a pooled connection can carry the next request: its socket shows neither EOF nor
-    stray bytes. urllib3 asks the same through `select.poll`, which under gevent builds a
-    watcher set for each call (a twentieth of a non-streamed request's CPU); a peek answers at once."""
-    return conn.sock is not None and peek(conn.sock) is None
-
-
-class _HTTPConnection(HTTPConnection):
-    is_connected = property(_still_open)
-
-
-class _HTTPSConnection(HTTPSConnection):
-    is_connected = property(_still_open)
-
-
-class _HTTPConnectionPool(HTTPConnectionPool):
-    ConnectionCls = _HTTPConnection
-
-
-class _HTTPSConnectionPool(HTTPSConnectionPool):
-    ConnectionCls = _HTTPSConnection
-
-
-class _Adapter(HTTPAdapter):
-    """requests' adapter with connections that check themselves cheaply (direct connections only:
-    outbound-proxy managers keep urllib3's own pools), and which remembers, for each upstream URL
-    sent to directly, its connection pool and the path it puts on the request line — requests
-    works both out again from the URL for every request (a twentieth of a non-streamed request's
-    CPU), though the upstream URLs are a handful fixed by the config."""
-
-    _MAX_REMEMBERED = 1024  # URLs come from the config; a bound all the same
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._pools: dict[tuple[str, Any], Any] = {}  # (URL, verify) → urllib3's connection pool
-        self._paths: dict[str, str] = {}
-        self._direct: dict[str, tuple[Any, str]] = {}  # URL → its pool and request-line path (pool_and_path)
-
-    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
-        super().init_poolmanager(*args, **kwargs)
-        self.poolmanager.pool_classes_by_scheme = {"http": _HTTPConnectionPool, "https": _HTTPSConnectionPool}
-
-    def get_connection_with_tls_context(self, request: requests.PreparedRequest, verify: Any,
-                                        proxies: Mapping[str, str] | None = None,
-                                        cert: Any = None) -> Any:
-        if proxies or cert is not None:
-            return super().get_connection_with_tls_context(request, verify, dict(proxies or {}), cert)
-        key = (request.url or "", verify)
-        pool = self._pools.get(key)
-        if pool is None or pool.pool is None:  # urllib3 closes a pool its manager lets go of
-            pool = super().get_connection_with_tls_context(request, verify, None, cert)
-            if len(self._pools) >= self._MAX_REMEMBERED:
-                self._pools.clear()
-            self._pools[key] = pool
-        return pool
-
-    def pool_and_path(self, url: str) -> tuple[Any, str]:
-        """The connection pool for a (normalised) upstream URL sent to directly, and the path its
-        request line carries: what `send` works out for it, remembered."""
-        known = self._direct.get(url)
-        if known is not None and known[0].pool is not None:  # urllib3 closes a pool its manager lets go of
-            return known
-        request = requests.PreparedRequest()
-        request.url = url
-        pool = self.get_connection_with_tls_context(request, True)
-        self.cert_verify(pool, url, True, None)
-        if len(self._direct) >= self._MAX_REMEMBERED:
-            self._direct.clear()
-        known = self._direct[url] = (pool, self.request_url(request, None))
-        return known
-
-    def request_url(self, request: requests.PreparedRequest, proxies: Mapping[str, str] | None) -> str:
-        if proxies:
-            return super().request_url(request, dict(proxies))
-        url = request.url or ""
-        path = self._paths.get(url)
-        if path is None:
-            path = super().request_url(request, None)
-            if len(self._paths) >= self._MAX_REMEMBERED:
-                self._paths.clear()
-            self._paths[url] = path
-        return path
-
-
 class UpstreamClient:
     def __init__(self, trust_env: bool = False, pool_maxsize: int = 1024) -> None:
         self.session = requests.Session()
         self.session.trust_env = trust_env
         # pool_block=False: under gevent a blocked pool would stall unrelated requests; an extra
         # connection beyond the pool size is opened and discarded instead.
-        self._adapter = _Adapter(pool_connections=64, pool_maxsize=pool_maxsize, max_retries=0, pool_block=False)
+        self._adapter = Adapter(pool_connections=64, pool_maxsize=pool_maxsize, max_retries=0, pool_block=False)
         self.session.mount("http://", self._adapter)
         self.session.mount("https://", self._adapter)
         self.session.headers.clear()
@@ -263,7 +165,7 @@ class UpstreamClient:
                                assert_same_host=False, preload_content=False, decode_content=False,
                                retries=self._adapter.max_retries, timeout=Timeout(connect=timeout[0], read=timeout[1]))
         except Exception as exc:
-            raise _as_requests_error(exc) from exc
+            raise as_requests_error(exc) from exc
         response = requests.Response()
         response.status_code = raw.status
         response.headers = raw.headers  # urllib3's HTTPHeaderDict: case-insensitive, as requests' is
@@ -281,30 +183,6 @@ class UpstreamClient:
             assert prepared.url is not None
             known = self._urls[url] = prepared.url
         return known
-
-
-def _as_requests_error(exc: Exception) -> Exception:
-    """A failure of urllib3's, as requests' adapter reports it (the classes `classify_network_error`
-    reads); anything else unchanged."""
-    errors = requests.exceptions
-    if isinstance(exc, MaxRetryError):
-        reason = exc.reason
-        if isinstance(reason, ConnectTimeoutError) and not isinstance(reason, NewConnectionError):
-            return errors.ConnectTimeout(exc)
-        if isinstance(reason, SSLError):
-            return errors.SSLError(exc)
-        return errors.ConnectionError(exc)
-    if isinstance(exc, ProtocolError | OSError | ClosedPoolError):
-        return errors.ConnectionError(exc)
-    if isinstance(exc, SSLError):
-        return errors.SSLError(exc)
-    if isinstance(exc, ReadTimeoutError):
-        return errors.ReadTimeout(exc)
-    if isinstance(exc, InvalidHeader):
-        return errors.InvalidHeader(exc)
-    if isinstance(exc, HTTPError):
-        return errors.ConnectionError(exc)
-    return exc
 
 
 def _read_body_with(resp: requests.Response, timeout: float) -> None:
