@@ -31,7 +31,9 @@ from contextlib import AbstractContextManager, suppress
 from functools import partial
 from typing import Any, Protocol
 
-LADDER = (250, 500, 750, 1000, 1250, 1500)
+# Finer at the bottom: one gevent worker on one of this machine's cores sustains fewer than 250 (it
+# spends ~100 µs a delta at 50 deltas a second per stream).
+LADDER = (100, 150, 200, 250, 500, 750, 1000, 1250, 1500)
 DELTAS = 64  # the same streams as the board's latency lane (run.py's BOARD_DELTAS)
 PACE_MS = 20.0
 LATE_MS = 10 * PACE_MS
@@ -115,6 +117,8 @@ def describe(res: dict[str, Any]) -> str:
     when = f", late from {at[0]:g} to {at[1]:g} s in" if at else ""
     text = (f"{s['errors']} errors, {s.get('late', 0):,} late of {s['deltas']:,}/{s['expected_deltas']:,} deltas "
             f"(max {s['delay_ms']['max'] or 0:,.0f} ms{when})")
+    if "cpu_s" in res:  # the proxy's: whether it ran out of CPU
+        text += f", proxy CPU {res['cpu_s']:.1f} s in {res['wall_s']:.1f} s"
     return text + (f", RSS peak {res['rss_peak_kib'] / 1024:.0f} MiB" if "rss_peak_kib" in res else "")
 
 
@@ -177,7 +181,7 @@ def report(runs: list[dict[str, Any]], pairs: list[tuple[str, str]], label: Call
     stream_rows, memory_rows = [], []
     for client, upstream in pairs:
         sustained, rig, bound, fails, rig_fails = [], [], [], [], []
-        idle, peak, per_stream, after, waited = [], [], [], [], []
+        idle, peak, per_stream, after, waited, fds = [], [], [], [], [], []
         for trial in trials:
             proxy_levels = levels(trial, "proxy", client, upstream)
             direct_levels = levels(trial, "direct", client, None)
@@ -196,6 +200,7 @@ def report(runs: list[dict[str, Any]], pairs: list[tuple[str, str]], label: Call
                 continue
             idle.append(mem["idle"]["rss_kib"])
             after.append(mem["after"]["rss_kib"])
+            fds.append(f"{mem['idle']['fds']} / {mem['after']['fds']}")
             waited.append(mem["after"]["waited_s"] if mem["after"]["settled"] else None)
             top_run = next((r for r in proxy_levels if r["level"] == best and "rss_peak_kib" in r), None)
             if top_run is not None:
@@ -203,19 +208,22 @@ def report(runs: list[dict[str, Any]], pairs: list[tuple[str, str]], label: Call
                 per_stream.append((top_run["rss_peak_kib"] - mem["idle"]["rss_kib"]) / best)
         bound_text = bound[0] if len(set(bound)) == 1 else \
             ", ".join(f"{b} in {bound.count(b)} of {len(bound)} trials" for b in sorted(set(bound)))
-        stream_rows.append([label(client, upstream), spread(sustained, 0), spread(rig, 0), bound_text or "—",
+        held = spread(sustained, 0) if any(sustained) else f"< {LADDER[0]}" if sustained else "—"
+        stream_rows.append([label(client, upstream), held, spread(rig, 0), bound_text or "—",
                             per_trial(fails) if fails else "—", per_trial(rig_fails) if rig_fails else "—"])
         memory_rows.append([label(client, upstream), spread([v / 1024 for v in idle], 1),
-                            spread([v / 1024 for v in peak], 1), spread(sustained, 0), spread(per_stream, 1),
-                            spread([v / 1024 for v in after], 1), spread(waited, 1) if any(waited) else "not settled"])
+                            spread([v / 1024 for v in peak], 1), held, spread(per_stream, 1),
+                            spread([v / 1024 for v in after], 1), spread(waited, 1) if any(waited) else "not settled",
+                            "; ".join(fds) or "—"])
     table(f"The board's lanes: streams sustained ({DELTAS} deltas {PACE_MS:g} ms apart)",
           f"The highest concurrency of a ladder ({', '.join(f'{c:,}' for c in LADDER)}) at which every stream "
           f"completed with every delta and none arrived later than {LATE_MS:g} ms (10 times the pace) after the mock "
           f"stamped it; a target climbs until a level fails. {PER_CONN} streams one after another on each "
           f"connection, the connections' first requests spread over one stream's length ({RAMP_S:g} s), so a level "
           "holds its streams open together for two stream lengths. Direct = the same ladder straight to the mock: "
-          "the rig's own ceiling (the mock and the load generator share a core); rig-bound = the proxy's figure is "
-          "that ceiling, so the rig, not the proxy, stopped the climb. The proxy is freshly started for each pair.",
+          "the rig's own ceiling (the mock and the load generator, on the cores the pinning gives them); rig-bound "
+          "= the proxy's figure is that ceiling, so the rig, not the proxy, stopped the climb. The proxy is freshly "
+          "started for each pair.",
           ["pair", "sustained streams", "direct (rig) ceiling", "rig-bound?", "proxy's first failing level",
            "direct's first failing level"], stream_rows)
     table("The board's lanes: memory",
@@ -223,6 +231,7 @@ def report(runs: list[dict[str, Any]], pairs: list[tuple[str, str]], label: Call
           "ladder; peak = the most sampled (every 0.2 s) while it held the streams of its highest passing level, "
           f"and (peak - idle) / those streams per open stream; after = once the ladder ended and its connections "
           f"closed, polled until neither the RSS (±{SETTLE_RSS_KIB} KiB) nor the open descriptors moved for "
-          f"{SETTLE_QUIET_S:g} s (at most {SETTLE_BOUND_S:g} s).",
+          f"{SETTLE_QUIET_S:g} s (at most {SETTLE_BOUND_S:g} s). The descriptors after include the connections to "
+          "the mock the proxy's pool keeps.",
           ["pair", "idle MiB", "steady-state peak MiB", "at streams", "KiB per open stream", "after load MiB",
-           "settled after s"], memory_rows)
+           "settled after s", "open descriptors idle / after"], memory_rows)
