@@ -594,6 +594,7 @@ class BoardRig:
 
     def __init__(self, ops: bool, mock_url: str, mock_root: str, tmp: Path) -> None:
         self.ops, self.mock_url, self.mock_root, self.tmp = ops, mock_url, mock_root, tmp
+        self.proxy_only_cores = set() if PROXY_CORES & LOAD_CORES else set(PROXY_CORES)
 
     @contextlib.contextmanager
     def fresh_proxy(self, client: str) -> Iterator[Target]:
