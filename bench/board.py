@@ -11,8 +11,9 @@ Owns, for each of the board's pairs:
     climbs until a level fails; it sustains the last level it passed. The same ladder straight to
     the mock is the rig's own ceiling (the mock and the load generator share a core): a proxy figure
     equal to it is rig-bound, the rig and not the proxy is what stopped the climb. The machine may
-    be shared: a proxy level that fails while other processes took a fifth of the proxy's cores
-    (/proc/stat less the proxy's own CPU) is run once more;
+    be shared: a level starts once the machine is nearly idle (Quiet, bounded), and a proxy level
+    that fails while other processes took a fifth of the proxy's cores (/proc/stat less the proxy's
+    own CPU) is run once more;
   * the memory lane, on a proxy freshly started for the pair and warmed up: its RSS (the process
     tree, master and workers) once idle, the peak while it held the streams of its highest passing
     level (and that less idle per open stream), and once the load has ended and its connections
@@ -47,6 +48,11 @@ TIMEOUT_S = 10.0  # per stream: a 1.28 s stream not done in 10 s has failed; no 
 # A failing level that was disturbed is run once more: the machine may be shared.
 DISTURBED_SHARE = 0.2
 TICK = os.sysconf("SC_CLK_TCK")
+# Before each level, the machine is waited for until it is nearly idle (under QUIET_SHARE of a core
+# over QUIET_WINDOW_S: between levels the rig's own processes idle, so what runs is someone else's),
+# for at most QUIET_BOUND_S a level and QUIET_BUDGET_S a trial (a load that lasts is measured under).
+QUIET_SHARE, QUIET_WINDOW_S, QUIET_BOUND_S, QUIET_BUDGET_S = 0.1, 0.5, 15.0, 60.0
+ALL_CORES = set(range(os.cpu_count() or 1))
 # Settled: neither the open descriptors nor the RSS (within SETTLE_RSS_KIB) moved for SETTLE_QUIET_S.
 SETTLE_QUIET_S, SETTLE_STEP_S, SETTLE_BOUND_S, SETTLE_RSS_KIB = 1.0, 0.1, 15.0, 256
 
@@ -119,10 +125,32 @@ def busy_ticks(cores: set[int]) -> int:
     return total
 
 
-def measured(run_level: Callable[[int], dict[str, Any]], c: int, cores: set[int]) -> dict[str, Any]:
-    """One level; with cores, the CPU others took on them meanwhile (others_s)."""
+class Quiet:
+    """Waits for a nearly idle machine before a level (QUIET_*), out of one budget for the trial."""
+
+    def __init__(self) -> None:
+        self.left = QUIET_BUDGET_S
+
+    def wait(self) -> float:
+        """Poll until the machine was nearly idle for a window, or the bound; the seconds waited."""
+        start = time.monotonic()
+        bound = min(QUIET_BOUND_S, self.left)
+        while time.monotonic() - start < bound:
+            before = busy_ticks(ALL_CORES)
+            time.sleep(QUIET_WINDOW_S)
+            if (busy_ticks(ALL_CORES) - before) / TICK < QUIET_SHARE * QUIET_WINDOW_S:
+                break
+        waited = time.monotonic() - start
+        self.left = max(self.left - waited, 0.0)
+        return round(waited, 1)
+
+
+def measured(run_level: Callable[[int], dict[str, Any]], c: int, cores: set[int], quiet: Quiet) -> dict[str, Any]:
+    """One level, once the machine is quiet; with cores, the CPU others took on them meanwhile (others_s)."""
+    waited = quiet.wait()
     before = busy_ticks(cores) if cores else 0
     res = run_level(c)
+    res["waited_quiet_s"] = waited
     if cores and "cpu_s" in res:
         res["others_s"] = round(max((busy_ticks(cores) - before) / TICK - res["cpu_s"], 0.0), 2)
     return res
@@ -132,21 +160,22 @@ def disturbed(res: dict[str, Any], cores: set[int]) -> bool:
     return res.get("others_s", 0) > DISTURBED_SHARE * res.get("wall_s", 0) * len(cores)
 
 
-def climb(run_level: Callable[[int], dict[str, Any]], who: str, pair: str,
+def climb(run_level: Callable[[int], dict[str, Any]], who: str, pair: str, quiet: Quiet,
           cores: set[int] | frozenset[int] = frozenset()) -> list[dict[str, Any]]:
     """The ladder from the bottom, until a level fails (once more, if others disturbed it)."""
     out = []
     for c in LADDER:
-        res = measured(run_level, c, set(cores))
+        res = measured(run_level, c, set(cores), quiet)
         res.update(level=c, passed=passed(res, c))
         if not res["passed"] and disturbed(res, set(cores)):
             first = describe(res)
             print(f"  {who:8} sustain {pair:36} c={c:<5} failed, disturbed: {first}; once more", flush=True)
-            res = measured(run_level, c, set(cores))
+            res = measured(run_level, c, set(cores), quiet)
             res.update(level=c, passed=passed(res, c), disturbed_before=first)
         out.append(res)
+        waited = f", after {res['waited_quiet_s']:g} s waiting for a quiet machine" if res["waited_quiet_s"] > 1 else ""
         print(f"  {who:8} sustain {pair:36} c={c:<5} {describe(res) if 'summary' in res else res.get('failed')}"
-              f"{'' if res['passed'] else '  FAILED'} ({res.get('wall_s', 0):.1f}s)", flush=True)
+              f"{'' if res['passed'] else '  FAILED'} ({res.get('wall_s', 0):.1f}s{waited})", flush=True)
         if not res["passed"]:
             break
     return out
@@ -170,16 +199,18 @@ def run_lanes(rig: Rig, pairs: list[tuple[str, str]], label: Callable[[str, str]
     """Both lanes for every pair: the ladder straight to the mock (once per client protocol), then a
     fresh proxy: idle RSS, the ladder through it, the RSS after."""
     direct_done: set[str] = set()
+    quiet = Quiet()
     for client, upstream in pairs:
         pair = label(client, upstream)
         if client not in direct_done:
             direct_done.add(client)
-            for res in climb(partial(rig.streams, None, client, upstream), "direct", pair):
+            for res in climb(partial(rig.streams, None, client, upstream), "direct", pair, quiet):
                 add("direct", level_key(client, None, res["level"]), res)
         with rig.fresh_proxy(client) as proxy:
             rss, pids = partial(rig.rss_kib, proxy), partial(rig.pids, proxy)
             idle = settle(rss, pids)
-            for res in climb(partial(rig.streams, proxy, client, upstream), "proxy", pair, rig.proxy_only_cores):
+            for res in climb(partial(rig.streams, proxy, client, upstream), "proxy", pair, quiet,
+                             rig.proxy_only_cores):
                 add("proxy", level_key(client, upstream, res["level"]), res)
             after = settle(rss, pids)
             print(f"  proxy    sustain {pair:36} RSS idle {idle['rss_kib'] / 1024:.1f} MiB, after "
@@ -267,7 +298,10 @@ def report(runs: list[dict[str, Any]], pairs: list[tuple[str, str]], label: Call
           "holds its streams open together for two stream lengths. Direct = the same ladder straight to the mock: "
           "the rig's own ceiling (the mock and the load generator, on the cores the pinning gives them); rig-bound "
           "= the proxy's figure is that ceiling, so the rig, not the proxy, stopped the climb. The proxy is freshly "
-          "started for each pair.",
+          f"started for each pair. The machine may be shared: a level starts once it is nearly idle (at most "
+          f"{QUIET_BOUND_S:g} s waited, {QUIET_BUDGET_S:g} s a trial), and a proxy level that failed while other "
+          f"processes took more than {DISTURBED_SHARE:.0%} of the proxy's cores is run once more (others = the CPU "
+          "they took there meanwhile; ~10 % is the kernel's share of a quiet run).",
           ["pair", "sustained streams", "direct (rig) ceiling", "rig-bound?", "proxy's first failing level",
            "direct's first failing level"], stream_rows)
     table("The board's lanes: memory",
