@@ -41,11 +41,12 @@ gateway board publishes, for a passthrough and a translated pair (BOARD_PAIRS): 
 latency p50/p99 at concurrency 1, 16 and 64 (proxy minus direct, the same trial), the requests/s
 frontier under p99 bounds of 1, 5, 10 and 50 ms from one concurrency sweep, and added time to first
 token and frame delay on 64-delta streams at 20 ms, at 1 and 10 streams; then (bench/board.py) the
-streams sustained — the highest of 250, 500, … 1,500 concurrent such streams at which every delta
-arrives and none later than 200 ms, through the proxy and straight to the mock (the rig's own ceiling,
-which the proxy's figure is flagged as bound by when it equals it) — and the memory lane: the RSS of a
-proxy freshly started for each pair, idle, at its peak while it holds the most streams it sustained
-(and per open stream), and once the load has ended and the RSS settled — about N minutes a trial.
+streams sustained — the most of 100, 150, 200, 250, 500, … 1,500 (board.LADDER) concurrent such
+streams at which every delta arrives and none later than 200 ms, through the proxy and straight to
+the mock (the rig's own ceiling, which the proxy's figure is flagged as bound by when it equals it) —
+and the memory lane: the RSS of a proxy freshly started for each pair, idle, at its peak while it
+holds the most streams it sustained (and per open stream), and once the load has ended and the RSS
+settled — about 5.5 minutes a trial.
 --workers N runs N gevent workers, pinned to the first N cores with the mock and the load
 generator sharing the last one.
 
