@@ -46,7 +46,7 @@ streams at which every delta arrives and none later than 200 ms, through the pro
 the mock (the rig's own ceiling, which the proxy's figure is flagged as bound by when it equals it) —
 and the memory lane: the RSS of a proxy freshly started for each pair, idle, at its peak while it
 holds the most streams it sustained (and per open stream), and once the load has ended and the RSS
-settled — about 5.5 minutes a trial.
+settled — about 5.5 minutes a trial, up to a minute more when it waits for a quiet machine.
 --workers N runs N gevent workers, pinned to the first N cores with the mock and the load
 generator sharing the last one.
 
