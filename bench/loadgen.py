@@ -3,7 +3,8 @@ one client protocol, timing every byte. Runs in its own process; prints a JSON s
 
     python bench/loadgen.py --url http://127.0.0.1:8080 --protocol chat|messages|responses|gemini \
         [--no-stream] --concurrency C (--requests-per-conn N | --duration S) \
-        [--chunks 50 --interval-ms 20 --tool] [--model M] [--ramp-s S] [--stall-s 2] [--out F] [--raw F]
+        [--chunks 50 --interval-ms 20 --tool] [--model M] [--ramp-s S] [--stall-s 2] [--late-ms MS] \
+        [--timeout S] [--out F] [--raw F]
 
 Owns the client side of a benchmark run: a tiny HTTP/1.1 client on asyncio protocols (no HTTP
 library, so the generator costs little next to what it measures) with chunked decoding and SSE
@@ -12,7 +13,9 @@ first event (TTFT), the arrival of every read, the status, and for every streame
 tool-argument fragment) the delivery delay: arrival time minus the `t<ns>` send timestamp the mock
 upstream embedded in it. It flags errors (non-200, in-band error events, a stream without its
 protocol's terminator, fewer deltas than asked for, unparsable JSON, timeouts, dropped
-connections) and stalls (no byte for longer than --stall-s).
+connections) and stalls (no byte for longer than --stall-s); with --late-ms, it also counts the
+deltas delivered later than that (and the requests with one), and says when the first and the last
+of them arrived, in seconds from the first request's start (in the connect ramp, or after it).
 
 The scenario goes in the prompt as `[bench:chunks=N,interval=MS,tool=0|1]`, which the mock reads
 whatever protocol the proxy translated the request into.
@@ -130,7 +133,8 @@ def in_band_error(protocol: str, event: bytes) -> bool:
 class Record:
     """Everything measured about one request (times are time.time_ns())."""
 
-    __slots__ = ("delays", "deltas", "end", "error", "first", "max_gap", "reads", "start", "status")
+    __slots__ = ("delays", "deltas", "end", "error", "first", "late", "late_first", "late_last", "max_gap", "reads",
+                 "start", "status")
 
     def __init__(self, start: int) -> None:
         self.start = start
@@ -142,6 +146,9 @@ class Record:
         self.delays: list[int] = []
         self.deltas = 0
         self.max_gap = 0
+        self.late = 0  # deltas delivered later than --late-ms, and when the first and last of them arrived
+        self.late_first: int | None = None
+        self.late_last: int | None = None
 
     def fail(self, error: str) -> None:
         if self.error is None:  # the first problem is the one worth reporting
@@ -159,8 +166,9 @@ class Record:
 class Client(asyncio.Protocol):
     """One keep-alive connection; parses one response at a time as bytes arrive."""
 
-    def __init__(self, protocol: str, stream: bool, expect_deltas: int) -> None:
+    def __init__(self, protocol: str, stream: bool, expect_deltas: int, late_ns: int = 0) -> None:
         self.protocol = protocol
+        self.late_ns = late_ns  # 0: lateness not judged
         self.stream = stream
         self.expect_deltas = expect_deltas
         self.transport: asyncio.Transport | None = None
@@ -298,8 +306,14 @@ class Client(asyncio.Protocol):
         protocol = self.protocol
         if is_delta(protocol, ev):
             for stamp in STAMP.findall(ev):
-                rec.delays.append(now - int(stamp))
+                delay = now - int(stamp)
+                rec.delays.append(delay)
                 rec.deltas += 1
+                if self.late_ns and delay > self.late_ns:
+                    rec.late += 1
+                    rec.late_last = now
+                    if rec.late_first is None:
+                        rec.late_first = now
         if in_band_error(protocol, ev):
             rec.fail("in-band error: " + ev[:160].decode("utf-8", "replace"))
         elif is_terminator(protocol, ev):
@@ -346,6 +360,7 @@ class Job:
         self.payload = request_bytes(f"{self.host}:{self.port}", args.protocol, args.key, body,
                                      request_path(args.protocol, model, args.stream))
         self.timeout = args.timeout or (30 + args.chunks * args.interval_ms / 1000 * 2)
+        self.late_ns = int((args.late_ms or 0) * 1e6)
         self.records: list[Record] = []
         self.connect_errors = 0
 
@@ -358,7 +373,7 @@ def default_model(protocol: str) -> str:
 async def connect(job: Job) -> Client | None:
     loop = asyncio.get_running_loop()
     try:
-        _, client = await loop.create_connection(lambda: Client(job.protocol, job.stream, job.expect),
+        _, client = await loop.create_connection(lambda: Client(job.protocol, job.stream, job.expect, job.late_ns),
                                                  job.host, job.port)
         return client
     except OSError:
@@ -433,6 +448,9 @@ def summarise(job: Job, args: argparse.Namespace, elapsed: float) -> dict[str, A
     ends = [r.end for r in recs if r.end]
     span = (max(ends) - min(r.start for r in recs)) / 1e9 if ends else elapsed
     ok = len(recs) - len(errors)
+    t0 = min((r.start for r in recs), default=0)
+    late_firsts = [r.late_first for r in recs if r.late_first is not None]
+    late_lasts = [r.late_last for r in recs if r.late_last is not None]
     return {
         "url": args.url, "protocol": args.protocol, "stream": args.stream, "concurrency": args.concurrency,
         "chunks": args.chunks if args.stream else 0, "interval_ms": args.interval_ms, "tool": args.tool,
@@ -446,6 +464,9 @@ def summarise(job: Job, args: argparse.Namespace, elapsed: float) -> dict[str, A
         "delay_ms": percentiles([d / 1e6 for r in recs for d in r.delays]),
         "deltas": sum(r.deltas for r in recs), "expected_deltas": len(recs) * (args.chunks if args.stream else 0),
         "reads": sum(len(r.reads) for r in recs),
+        **({"late_ms": args.late_ms, "late": sum(r.late for r in recs), "late_requests": sum(1 for r in recs if r.late),
+            "late_at_s": [round((min(late_firsts) - t0) / 1e9, 3), round((max(late_lasts) - t0) / 1e9, 3)]
+            if late_firsts else None} if args.late_ms else {}),
     }
 
 
@@ -471,6 +492,7 @@ def main() -> None:
     parser.add_argument("--ramp-s", type=float, default=0.0,
                         help="spread the connections' first requests evenly over this many seconds")
     parser.add_argument("--stall-s", type=float, default=2.0, help="a gap longer than this counts as a stall")
+    parser.add_argument("--late-ms", type=float, help="count the deltas delivered later than this (delay as above)")
     parser.add_argument("--timeout", type=float, help="per request (default: 30 s + twice the stream's length)")
     parser.add_argument("--out", help="write the summary here instead of stdout")
     parser.add_argument("--raw", help="also write every request's record here")

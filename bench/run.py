@@ -40,7 +40,13 @@ some of its groups (op, ttfb, c500, idle, nonstream, batched, board). `board` is
 gateway board publishes, for a passthrough and a translated pair (BOARD_PAIRS): added non-streamed
 latency p50/p99 at concurrency 1, 16 and 64 (proxy minus direct, the same trial), the requests/s
 frontier under p99 bounds of 1, 5, 10 and 50 ms from one concurrency sweep, and added time to first
-token and frame delay on 64-delta streams at 20 ms, at 1 and 10 streams — about 2.5 minutes a trial.
+token and frame delay on 64-delta streams at 20 ms, at 1 and 10 streams; then (bench/board.py) the
+streams sustained — the most of 100, 150, 200, 250, 500, … 1,500 (board.LADDER) concurrent such
+streams at which every delta arrives and none later than 200 ms, through the proxy and straight to
+the mock (the rig's own ceiling, which the proxy's figure is flagged as bound by when it equals it) —
+and the memory lane: the RSS of a proxy freshly started for each pair, idle, at its peak while it
+holds the most streams it sustained (and per open stream), and once the load has ended and the RSS
+settled — about 5.5 minutes a trial, up to a minute more when it waits for a quiet machine.
 --workers N runs N gevent workers, pinned to the first N cores with the mock and the load
 generator sharing the last one.
 
@@ -82,12 +88,13 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import board
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -145,7 +152,7 @@ FOCUS_GROUPS = ("op", "ttfb", "c500", "idle", "nonstream", "batched", "board")
 BOARD_PAIRS = [("chat", "chat_completions"), ("messages", "chat_completions")]
 BOARD_SWEEP = (1, 2, 4, 8, 16, 32, 64)
 BOARD_P99_BOUNDS_MS = (1, 5, 10, 50)
-BOARD_DELTAS = 64
+BOARD_DELTAS = board.DELTAS  # bench/board.py's sustained-streams lane streams the same
 
 
 # ---------------------------------------------------------------- processes
@@ -335,7 +342,7 @@ class Target:
 
 @dataclass(frozen=True)
 class Scenario:
-    kind: str  # stream | stream1 | nonstream | tool | idle | op | op2 | ttfb
+    kind: str  # stream | stream1 | nonstream | tool | idle | op | op2 | ttfb | board | boardstream | sustain
     client: str
     upstream: str
     concurrency: int
@@ -347,6 +354,8 @@ class Scenario:
     direct: bool = False  # also send the same load straight to the mock
     stall_s: float = 2.0
     ramp_s: float = 0.0  # first requests spread over this long (see loadgen.run)
+    timeout_s: float | None = None  # per request (the load generator's default: 30 s + twice the stream)
+    late_ms: float | None = None  # count the deltas delivered later than this (loadgen --late-ms)
 
     @property
     def key(self) -> str:
@@ -447,6 +456,10 @@ def loadgen_command(url: str, key: str, sc: Scenario, model: str | None, out: Pa
         cmd.append("--no-stream")
     if sc.kind == "tool":
         cmd.append("--tool")
+    if sc.timeout_s:
+        cmd += ["--timeout", str(sc.timeout_s)]
+    if sc.late_ms:
+        cmd += ["--late-ms", str(sc.late_ms)]
     cmd += ["--duration", str(sc.duration)] if sc.duration else ["--requests-per-conn", str(sc.requests_per_conn)]
     return cmd
 
@@ -564,6 +577,9 @@ def run_trial(trial: int, args: argparse.Namespace, mock_url: str, mock_root: st
                 res = run_load(None, mock_root, "sk-direct", sc, None, tmp)
                 results.add(trial, "direct", sc.direct_key, res)
                 progress("direct", sc, res)
+        if args.focus and "board" in args.only:
+            board.run_lanes(BoardRig(args.ops != "off", mock_url, mock_root, tmp), BOARD_PAIRS, pair_label,
+                            lambda target, key, res: results.add(trial, target, key, res))
         results.runs.append({"trial": trial, "target": "proxy", "key": "end", "rss_kib": rss_kib(targets[0].pids()),
                              "log_problems": log_problems(proxy.log_path)})
     finally:
@@ -572,6 +588,43 @@ def run_trial(trial: int, args: argparse.Namespace, mock_url: str, mock_root: st
             stop(ops_off.process)
         for variant in variants:
             stop(variant.process)
+
+
+class BoardRig:
+    """What bench/board.py's capacity lanes need of this module (board.Rig): a proxy freshly started
+    for a pair (with the trial's --ops and --workers) and warmed up, one level of the sustained-streams
+    ladder through it or straight to the mock, and its process tree."""
+
+    def __init__(self, ops: bool, mock_url: str, mock_root: str, tmp: Path) -> None:
+        self.ops, self.mock_url, self.mock_root, self.tmp = ops, mock_url, mock_root, tmp
+        self.proxy_only_cores = set() if PROXY_CORES & LOAD_CORES else set(PROXY_CORES)
+
+    @contextlib.contextmanager
+    def fresh_proxy(self, client: str) -> Iterator[Target]:
+        proxy = start_proxy(self.mock_url, self.tmp, ops=self.ops, name=f"sustain-{client}")
+        try:
+            target = Target("proxy", proxy.url, CLIENT_KEY, proxy.process.pid)
+            warm_up(target, self.tmp)
+            yield target
+        finally:
+            stop(proxy.process)
+
+    def streams(self, proxy: Target | None, client: str, upstream: str, c: int) -> dict[str, Any]:
+        sc = Scenario("sustain", client, upstream, c, chunks=board.DELTAS, interval_ms=board.PACE_MS,
+                      requests_per_conn=board.PER_CONN, ramp_s=board.RAMP_S, timeout_s=board.TIMEOUT_S,
+                      late_ms=board.LATE_MS)
+        if proxy is None:  # the mock answers every protocol itself
+            res = run_load(None, self.mock_root, "sk-direct", sc, None, self.tmp)
+        else:
+            res = run_load(proxy, proxy.url, proxy.key, sc, MODELS[upstream], self.tmp)
+        res.pop("records", None)  # thousands of streams a level: the summary is kept
+        return res
+
+    def pids(self, proxy: Target) -> list[int]:
+        return proxy.pids()
+
+    def rss_kib(self, proxy: Target) -> int:
+        return rss_kib(proxy.pids())
 
 
 def log_problems(path: Path) -> list[str]:
@@ -844,6 +897,7 @@ class Report:
                    "Time to first token, and the delivery delay of every frame (arrival minus the mock's send stamp).",
                    ["pair", "streams", "added TTFT p50 ms", "added TTFT p99 ms", "added frame p50 ms",
                     "added frame p99 ms", "errors"], rows)
+        board.report(self.r.runs, BOARD_PAIRS, pair_label, self.table, fmt, spread)
 
     def first_byte(self) -> None:
         rows = []
