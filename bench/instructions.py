@@ -11,8 +11,9 @@ builds it, and the usage accounting and metrics of bench/run.py's config on, sen
 requests and then the first (or the second) count of requests, one at a time, through Flask's test
 client to the mock upstream (bench/mock_upstream.py, a process of its own, not counted). The
 difference of the two runs' instructions over the difference of the counts is what one more
-request costs; start, imports and warm-up cancel out. Two runs of the same code differ by ~10,000
-instructions per request.
+request costs; start, imports and warm-up cancel out. Two runs of the same code differ by up to
+~80,000 of ~3.7 million instructions per request (2 %) when the machine is busy — how often the
+event loop polls while a request waits depends on timing — so take the median of a few runs.
 
 What it leaves out, on purpose: gunicorn (its parser and writes — bench/floor.py measures the
 server's floor in CPU time) and the worker's background greenlets (the pool keeper's sync and the
