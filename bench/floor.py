@@ -15,10 +15,8 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -48,45 +46,34 @@ def main() -> None:
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("bench/floor.py needs wrk: apt-get install wrk")
-    mock, port = bench.start_mock(0)
-    try:
-        with tempfile.TemporaryDirectory(prefix="llm-proxy-floor-") as tmp:
-            proxy = bench.start_proxy(f"http://127.0.0.1:{port}/v1", Path(tmp), ops=args.ops == "on")
-            try:
-                target = bench.Target("proxy", proxy.url, bench.CLIENT_KEY, proxy.process.pid)
-                bench.warm_up(target, Path(tmp))
-                target.idle_cpu_rate = bench.measure_idle_rate(target)
-                body = json.dumps({"model": "chat-bench", "messages": [{"role": "user", "content": "hi"}]})
-                post = Path(tmp) / "post.lua"
-                post.write_text(f'wrk.method = "POST"\nwrk.body = [[{body}]]\n'
-                                'wrk.headers["Content-Type"] = "application/json"\n')
-                floors = [("/healthz", proxy.url + "/healthz", None), ("/v1/models", proxy.url + "/v1/models", None),
-                          ("/v1/chat/completions", proxy.url + "/v1/chat/completions", post),
-                          ("the mock alone", f"http://127.0.0.1:{port}/v1/chat/completions", post)]
-                cpu: dict[str, list[float]] = {name: [] for name, _, _ in floors}
-                rate: dict[str, list[float]] = {name: [] for name, _, _ in floors}
-                for _ in range(args.runs):
-                    for name, url, script in floors:
-                        pids = target.pids()
-                        before, started = bench.cpu_seconds(pids), time.monotonic()
-                        done, bad = wrk(url, args.concurrency, args.seconds, script)
-                        wall = time.monotonic() - started
-                        if bad:
-                            sys.exit(f"{name}: {bad} answers were not 2xx")
-                        rate[name].append(done / args.seconds)
-                        if not url.startswith(proxy.url):
-                            continue
-                        used = bench.cpu_seconds(pids) - before - target.idle_cpu_rate * wall
-                        cpu[name].append(used * 1e6 / max(1, done))
-                print(f"ops {args.ops}, {args.concurrency} connections, {args.runs} runs of {args.seconds:g} s "
-                      "(median, min-max):")
-                for name, _, _ in floors:
-                    print(f"  {name:22s} {bench.spread(rate[name], 0):>24s} req/s   "
-                          f"proxy CPU {bench.spread(cpu[name], 0)} µs/request")
-            finally:
-                bench.stop(proxy.process)
-    finally:
-        bench.stop(mock, signal.SIGTERM)
+    with bench.warmed_proxy(ops=args.ops == "on") as (target, proxy, port, tmp):
+        body = json.dumps({"model": "chat-bench", "messages": [{"role": "user", "content": "hi"}]})
+        post = tmp / "post.lua"
+        post.write_text(f'wrk.method = "POST"\nwrk.body = [[{body}]]\n'
+                        'wrk.headers["Content-Type"] = "application/json"\n')
+        floors = [("/healthz", proxy.url + "/healthz", None), ("/v1/models", proxy.url + "/v1/models", None),
+                  ("/v1/chat/completions", proxy.url + "/v1/chat/completions", post),
+                  ("the mock alone", f"http://127.0.0.1:{port}/v1/chat/completions", post)]
+        cpu: dict[str, list[float]] = {name: [] for name, _, _ in floors}
+        rate: dict[str, list[float]] = {name: [] for name, _, _ in floors}
+        for _ in range(args.runs):
+            for name, url, script in floors:
+                pids = target.pids()
+                before, started = bench.cpu_seconds(pids), time.monotonic()
+                done, bad = wrk(url, args.concurrency, args.seconds, script)
+                wall = time.monotonic() - started
+                if bad:
+                    sys.exit(f"{name}: {bad} answers were not 2xx")
+                rate[name].append(done / args.seconds)
+                if not url.startswith(proxy.url):
+                    continue
+                used = bench.cpu_seconds(pids) - before - target.idle_cpu_rate * wall
+                cpu[name].append(used * 1e6 / max(1, done))
+        print(f"ops {args.ops}, {args.concurrency} connections, {args.runs} runs of {args.seconds:g} s "
+              "(median, min-max):")
+        for name, _, _ in floors:
+            print(f"  {name:22s} {bench.spread(rate[name], 0):>24s} req/s   "
+                  f"proxy CPU {bench.spread(cpu[name], 0)} µs/request")
 
 
 if __name__ == "__main__":

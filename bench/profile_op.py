@@ -18,7 +18,6 @@ import argparse
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -47,35 +46,23 @@ def main() -> None:
                         chunks=args.chunks if args.stream else 0, interval_ms=args.interval_ms,
                         requests_per_conn=args.requests_per_conn, duration=args.duration,
                         ramp_s=args.chunks * args.interval_ms / 1000 if args.stream else 0.0)
-    mock, port = bench.start_mock(0)
-    try:
-        with tempfile.TemporaryDirectory(prefix="llm-proxy-profile-") as tmp:
-            proxy = bench.start_proxy(f"http://127.0.0.1:{port}/v1", Path(tmp), ops=args.ops == "on")
-            try:
-                target = bench.Target("proxy", proxy.url, bench.CLIENT_KEY, proxy.process.pid)
-                bench.warm_up(target, Path(tmp))
-                target.idle_cpu_rate = bench.measure_idle_rate(target)
-                worker = next(p for p in target.pids() if p != proxy.process.pid)
-                profiler = None
-                if command:
-                    profiler = subprocess.Popen([a.replace("{pid}", str(worker)) for a in command])
-                    time.sleep(args.settle_s)
-                res = bench.run_load(target, target.url, target.key, sc, bench.MODELS[upstream], Path(tmp))
-                if profiler is not None:
-                    profiler.send_signal(signal.SIGINT)
-                    profiler.wait(timeout=120)
-                s = res.get("summary", {})
-                cpu = res.get("cpu_s") or 0.0
-                print(f"requests {s.get('requests')} errors {s.get('errors')} deltas {s.get('deltas')} "
-                      f"cpu {cpu:.3f}s → {cpu * 1e6 / max(1, s.get('requests') or 1):.0f} µs/request, "
-                      f"{cpu * 1e6 / max(1, s.get('deltas') or 1):.1f} µs/delta (profiler included; idle "
-                      f"{target.idle_cpu_rate * 1000:.1f} ms/s subtracted); "
-                      f"ttfb p50 {s.get('ttft_ms', {}).get('p50')} ms, delay p99 {s.get('delay_ms', {}).get('p99')} ms")
-            finally:
-                bench.stop(proxy.process)
-    finally:
-        bench.stop(mock, signal.SIGTERM)
-
+    with bench.warmed_proxy(ops=args.ops == "on") as (target, proxy, _, tmp):
+        worker = next(p for p in target.pids() if p != proxy.process.pid)
+        profiler = None
+        if command:
+            profiler = subprocess.Popen([a.replace("{pid}", str(worker)) for a in command])
+            time.sleep(args.settle_s)
+        res = bench.run_load(target, target.url, target.key, sc, bench.MODELS[upstream], tmp)
+        if profiler is not None:
+            profiler.send_signal(signal.SIGINT)
+            profiler.wait(timeout=120)
+        s = res.get("summary", {})
+        cpu = res.get("cpu_s") or 0.0
+        print(f"requests {s.get('requests')} errors {s.get('errors')} deltas {s.get('deltas')} "
+              f"cpu {cpu:.3f}s → {cpu * 1e6 / max(1, s.get('requests') or 1):.0f} µs/request, "
+              f"{cpu * 1e6 / max(1, s.get('deltas') or 1):.1f} µs/delta (profiler included; idle "
+              f"{target.idle_cpu_rate * 1000:.1f} ms/s subtracted); "
+              f"ttfb p50 {s.get('ttft_ms', {}).get('p50')} ms, delay p99 {s.get('delay_ms', {}).get('p99')} ms")
 
 if __name__ == "__main__":
     main()

@@ -522,6 +522,26 @@ def warm_up(target: Target, tmp: Path) -> None:
             run_load(None, target.url, target.key, sc, MODELS[upstream], tmp)
 
 
+@contextlib.contextmanager
+def warmed_proxy(ops: bool = True) -> Iterator[tuple[Target, Proxy, int, Path]]:
+    """The mock upstream and one proxy in front of it, warmed up and its idle rate measured, both
+    stopped after: for the one-off tools beside the suite (profile_op.py, floor.py). Yields the
+    proxy as a target, its process, the mock's port and a scratch directory."""
+    mock, port = start_mock(0)
+    try:
+        with tempfile.TemporaryDirectory(prefix="llm-proxy-bench-") as tmp:
+            proxy = start_proxy(f"http://127.0.0.1:{port}/v1", Path(tmp), ops=ops)
+            try:
+                target = Target("proxy", proxy.url, CLIENT_KEY, proxy.process.pid)
+                warm_up(target, Path(tmp))
+                target.idle_cpu_rate = measure_idle_rate(target)
+                yield target, proxy, port, Path(tmp)
+            finally:
+                stop(proxy.process)
+    finally:
+        stop(mock, signal.SIGTERM)
+
+
 # ---------------------------------------------------------------- the suite
 
 @dataclass
