@@ -134,19 +134,14 @@ class UpstreamClient:
             _read_body_with(resp, target.timeouts.read)
         return resp
 
-
     def _prepare(self, method: str, url: str, body: bytes | None, headers: dict[str, str]) -> requests.PreparedRequest:
         """What Request.prepare makes of our requests: bytes bodies and headers we built ourselves
         need no checking, and each upstream URL is normalised once."""
         prepared = requests.PreparedRequest()
         prepared.method = method
         prepared.url = self._normalised(url)
-        prepared.headers = CaseInsensitiveDict(headers)
+        prepared.headers = CaseInsensitiveDict(_with_length(method, body, headers))
         prepared.body = body
-        if body is not None:
-            prepared.headers["Content-Length"] = str(len(body))
-        elif method not in ("GET", "HEAD"):
-            prepared.headers["Content-Length"] = "0"
         return prepared
 
     def _direct(self, method: str, url: str, body: bytes | None, headers: dict[str, str],
@@ -156,13 +151,9 @@ class UpstreamClient:
         guess, none of which an upstream call uses. urllib3's failures are raised as the requests
         exceptions the adapter raises for them, which `classify_network_error` reads."""
         pool, line = self._adapter.pool_and_path(self._normalised(url))
-        if body is not None:
-            headers["Content-Length"] = str(len(body))
-        elif method not in ("GET", "HEAD"):
-            headers["Content-Length"] = "0"
         try:
-            raw = pool.urlopen(method=method, url=line, body=body, headers=headers, redirect=False,
-                               assert_same_host=False, preload_content=False, decode_content=False,
+            raw = pool.urlopen(method=method, url=line, body=body, headers=_with_length(method, body, headers),
+                               redirect=False, assert_same_host=False, preload_content=False, decode_content=False,
                                retries=self._adapter.max_retries, timeout=Timeout(connect=timeout[0], read=timeout[1]))
         except Exception as exc:
             raise as_requests_error(exc) from exc
@@ -183,6 +174,16 @@ class UpstreamClient:
             assert prepared.url is not None
             known = self._urls[url] = prepared.url
         return known
+
+
+def _with_length(method: str, body: bytes | None, headers: dict[str, str]) -> dict[str, str]:
+    """`headers` with the Content-Length our bytes body (or its absence) calls for: both send
+    paths build requests themselves, without requests' preparation that would add it."""
+    if body is not None:
+        headers["Content-Length"] = str(len(body))
+    elif method not in ("GET", "HEAD"):
+        headers["Content-Length"] = "0"
+    return headers
 
 
 def _read_body_with(resp: requests.Response, timeout: float) -> None:
