@@ -142,8 +142,12 @@ def install(app: Flask) -> None:
             protocol = registry.for_path(request.path)
             if protocol is not None:
                 resp.headers.update(protocol.client.response_headers(rid))  # Anthropic's `request-id`
+        # One pass over what the answer has: Headers.setdefault would scan the list and raise a
+        # KeyError inside for each name it lacks, which is every name on nearly every answer.
+        present = {name.lower() for name in resp.headers.keys()}
         for name, value in CORS_HEADERS.items():
-            resp.headers.setdefault(name, value)
+            if name.lower() not in present:
+                resp.headers.add(name, value)
         record = request.environ.get(ENVIRON_KEY)
         if record is not None and record.capture is not None:  # the request log keeps what the client got
             record.capture.client_answer(resp.status_code, resp.headers,

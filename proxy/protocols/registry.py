@@ -25,10 +25,13 @@ log = logging.getLogger(__name__)
 _PROTOCOLS: dict[str, Protocol] = {}
 DEFAULT_ERRORS = "chat_completions"  # whose error envelope paths of no protocol answer in
 _ALIASES: dict[str, str] = {}  # older config value → name
+_BY_PATH: dict[str, Protocol | None] = {}  # what `for_path` found for a path: every answer asks it
+_BY_PATH_MAX = 4096
 
 
 def register(protocol: Protocol) -> None:
     """Make `protocol` known by its name and aliases (a later registration of a name replaces it)."""
+    _BY_PATH.clear()
     _PROTOCOLS[protocol.name] = protocol
     for alias in protocol.aliases:
         _ALIASES[alias] = protocol.name
@@ -51,6 +54,15 @@ def all_protocols() -> list[Protocol]:
 def for_path(path: str) -> Protocol | None:
     """The protocol whose client endpoint `path` is, or lies under (its error envelope applies) — or
     one of whose URL-addressed calls it is (Gemini's `/v1/models/{model}:generateContent`)."""
+    if path in _BY_PATH:
+        return _BY_PATH[path]
+    found = _for_path(path)
+    if len(_BY_PATH) < _BY_PATH_MAX:  # paths carry model names (Gemini's): keep a bounded number
+        _BY_PATH[path] = found
+    return found
+
+
+def _for_path(path: str) -> Protocol | None:
     best: Protocol | None = None
     for protocol in _PROTOCOLS.values():
         if any(_rule_matches(rule, path) for rule in url_rules(protocol)):

@@ -3,12 +3,14 @@ never a traceback, never an upstream key — plus auth, CORS and request ids on 
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -171,9 +173,17 @@ def test_cors_preflight_and_headers(proxy: ProxyServer) -> None:
     assert plain.status == 200
     assert "X-API-Key" in plain.headers["access-control-allow-headers"]
     plain.close()
-    resp = request(proxy.url, "POST", CHAT, HELLO, AUTH)
-    assert resp.headers["access-control-allow-origin"] == "*"
-    resp.close()
+    # Every header line as sent (a dict would hide a second copy of one).
+    answered = http.client.HTTPConnection(urlsplit(proxy.url).netloc, timeout=20)
+    answered.request("POST", CHAT, json.dumps(HELLO), {**AUTH, "Content-Type": "application/json"})
+    resp = answered.getresponse()
+    assert resp.status == 200, resp.read()
+    cors = [(name.lower(), value) for name, value in resp.getheaders() if name.lower().startswith("access-control-")]
+    assert sorted(cors) == [("access-control-allow-methods", "GET, POST, PUT, DELETE, OPTIONS"),
+                            ("access-control-allow-origin", "*"),
+                            ("access-control-expose-headers", "x-request-id, request-id"),
+                            ("access-control-max-age", "86400")]  # each once
+    answered.close()
 
 
 def test_request_ids_kept_generated_and_sanitised(proxy: ProxyServer, demo_upstream: DemoUpstream) -> None:
