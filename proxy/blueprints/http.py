@@ -144,7 +144,7 @@ def install(app: Flask) -> None:
                 resp.headers.update(protocol.client.response_headers(rid))  # Anthropic's `request-id`
         # One pass over what the answer has: Headers.setdefault would scan the list and raise a
         # KeyError inside for each name it lacks, which is every name on nearly every answer.
-        present = {name.lower() for name in resp.headers.keys()}
+        present = {name.lower() for name, _ in resp.headers.items()}
         for name, value in CORS_HEADERS.items():
             if name.lower() not in present:
                 resp.headers.add(name, value)
