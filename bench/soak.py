@@ -3,6 +3,7 @@ RSS and open file descriptors over time, then checks that usage counted what was
 
     python bench/soak.py [--minutes 30] [--concurrency 32] [--workers 2] [--report-every 60]
                          [--faults upstream,sighup,kill,disk,failover] [--fault-period 20]
+                         [--until-each-fault]
 
 Starts the demo upstream and two proxies (gunicorn + gevent, three accounts each) the way the tests
 do: one on the SQLite backend — its state file on a small tmpfs the soak mounts (root only; without
@@ -434,12 +435,15 @@ def main() -> None:
     parser.add_argument("--report-every", type=float, default=60)
     parser.add_argument("--fault-period", type=float, default=20)
     parser.add_argument("--faults", default=",".join(FAULTS), help=f"among {', '.join(FAULTS)}; '' for none")
+    parser.add_argument("--until-each-fault", action="store_true",
+                        help="end one fault period after every fault was made once (--minutes is then the cap)")
     args = parser.parse_args()
     faults = [f for f in args.faults.split(",") if f]
     unknown = set(faults) - set(FAULTS)
     if unknown:
         parser.error(f"unknown fault(s): {', '.join(sorted(unknown))}")
-    report = run(args.minutes, args.concurrency, args.workers, faults, args.fault_period, args.report_every)
+    report = run(args.minutes, args.concurrency, args.workers, faults, args.fault_period, args.report_every,
+                 args.until_each_fault)
     say(f"\ntotal: {report.requests} requests; faults made: {dict(report.faults)}; "
         f"unexpected: {len(report.unexpected)}")
     for line in report.unexpected[:10]:
