@@ -6,6 +6,7 @@ move when that account cools and stay where they moved; what names a conversatio
 
 from __future__ import annotations
 
+import sqlite3
 import uuid
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import pytest
 
 from proxy.config import ConfigError
 from proxy.config.state import StateConfig
+from proxy.pool import affinity as affinity_store
 from proxy.pool.affinity import AffinityStore, MemoryAffinity, SQLiteAffinity
 from proxy.protocols import registry
 from proxy.protocols.exchange import Exchange
@@ -119,3 +121,36 @@ def test_memory_and_sqlite_entries_expire(tmp_path: Path) -> None:
         now[0] += 61
         assert store.get("u", "c", 60) is None
         now[0] = 1000.0
+
+
+def test_the_sqlite_store_keeps_its_connections_and_drops_one_an_error_went_through(tmp_path: Path) -> None:
+    store = SQLiteAffinity(open_state_file(tmp_path / "s.db"))
+    store.put("u", "c", "a1", 60)
+    kept = store._idle[:]
+    assert len(kept) == 1
+    for _ in range(5):
+        assert store.get("u", "c", 60) == "a1"
+    assert store._idle == kept  # the same connection, every operation
+
+    # Operations running at once each take a connection; the idle list keeps a bounded number back.
+    sessions = [store._session() for _ in range(affinity_store.IDLE_CONNECTIONS + 3)]
+    held = [session.__enter__() for session in sessions]
+    assert len(set(map(id, held))) == len(held) and store._idle == []
+    for session in sessions:
+        session.__exit__(None, None, None)
+    assert len(store._idle) == affinity_store.IDLE_CONNECTIONS
+
+    # Another process writes: a kept connection reads what it committed.
+    other = SQLiteAffinity(open_state_file(tmp_path / "s.db"))
+    other.put("u", "c", "a2", 60)
+    assert store.get("u", "c", 60) == "a2"
+
+    # An operation that fails closes its connection instead of keeping it.
+    store._idle[:] = store._idle[:1]
+    failing = store._idle[0]
+    with pytest.raises(sqlite3.OperationalError), store._session() as db:
+        db.execute("SELECT nothing FROM no_such_table")
+    assert failing not in store._idle
+    with pytest.raises(sqlite3.ProgrammingError):
+        failing.execute("SELECT 1")  # closed
+    assert store.get("u", "c", 60) == "a2"  # a new connection serves the next one
