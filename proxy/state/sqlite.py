@@ -3,8 +3,9 @@
 
 Owns opening — `StateFile.open` checks that the file is at the schema version this code knows
 (proxy/state/schema.py; gunicorn's master migrated it before forking, and a worker never runs DDL
-or `PRAGMA journal_mode`) — and connections: one per operation (cheap, and free of the thread
-that runs it: callers run these blocking calls on a pool thread), plus one kept open and idle for
+or `PRAGMA journal_mode`) — and connections: one per operation (free of the thread that runs it:
+callers run these blocking calls on a pool thread; ~0.5 ms to open, so a store read on every
+request keeps its own between operations instead, as the affinity store does), plus one kept open and idle for
 the worker's life, so closing an operation's connection never checkpoints and deletes the WAL and
 the next commit does not recreate it (a WAL created afresh costs a sync of the disk, a checkpoint
 on the last close another: milliseconds per operation, bench/limits_overhead.py). A write
