@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Protocol
 from proxy.config.state import StateConfig
 from proxy.state import sqlite
 from proxy.state.redis_connection import connect, key
+from proxy.state.schema import is_locked
 
 if TYPE_CHECKING:
     import redis
@@ -46,6 +47,10 @@ class AffinityStore(Protocol):
 
     def put(self, upstream: str, conversation: str, account: str, ttl: float) -> None:
         """Remember that `account` served the conversation's latest turn."""
+
+
+class NotNow(Exception):
+    """A store's at-once call cannot answer without waiting or writing: make the call on a thread."""
 
 
 class MemoryAffinity:
@@ -88,6 +93,7 @@ class SQLiteAffinity:
         self._clock = clock
         self._next_purge = 0.0
         self._idle: list[sqlite3.Connection] = []  # append and pop are atomic: no lock between threads
+        self._at_once: sqlite3.Connection | None = None  # `get_at_once`'s, on the worker's own thread
 
     @contextlib.contextmanager
     def _session(self) -> Iterator[sqlite3.Connection]:
@@ -104,6 +110,28 @@ class SQLiteAffinity:
             db.close()
         else:
             self._idle.append(db)
+
+    def get_at_once(self, upstream: str, conversation: str, ttl: float) -> str | None:
+        """`get` on the caller's greenlet, when it needs neither a wait nor a write: the read never
+        waits for a lock (busy timeout 0, and a WAL read takes none another process holds for
+        long), and an entry due for its extension, or a file busy right now, is `NotNow` — the
+        caller then runs `get` on a thread. Saves the thread's round trip on nearly every turn."""
+        if self._at_once is None:
+            self._at_once = self.file.connect(busy_timeout=0)
+        now = self._clock()
+        try:
+            row = self._at_once.execute("SELECT account, expires FROM conversation_affinity WHERE upstream=? AND "
+                                        "conversation=? AND expires>?",
+                                        (upstream, digest(conversation), now)).fetchone()
+        except sqlite3.OperationalError as exc:
+            if is_locked(exc):
+                raise NotNow from None
+            raise
+        if row is None:
+            return None
+        if row[1] < now + ttl / 2:
+            raise NotNow
+        return str(row[0])
 
     def get(self, upstream: str, conversation: str, ttl: float) -> str | None:
         now = self._clock()

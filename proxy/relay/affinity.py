@@ -21,10 +21,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from proxy.config import Upstream
-from proxy.pool.affinity import AffinityStore, MemoryAffinity
+from proxy.pool.affinity import AffinityStore, MemoryAffinity, NotNow
 from proxy.protocols import registry
 from proxy.protocols.exchange import Exchange
 from proxy.state.fallback import Fallback, reaches
@@ -41,7 +41,8 @@ class Affinity:
         """`shared` (Redis) first, then `local` (the state file), then this worker's memory."""
         chain = reaches(shared, local, MemoryAffinity(), "conversations are kept on their accounts")
         self.clock = clock
-        self._stores: Fallback[AffinityStore] = Fallback(chain, call_store, log=log, clock=clock)
+        # Each call says how it runs (`_get`: at once when the store can, else on a thread).
+        self._stores: Fallback[AffinityStore] = Fallback(chain, log=log, clock=clock)
 
     def conversation(self, ex: Exchange, upstream: Upstream) -> str | None:
         """What names the request's conversation, for this upstream (None: affinity off, or unnamed)."""
@@ -61,7 +62,7 @@ class Affinity:
         account = None
         if conversation is not None:
             ttl = upstream.pool.affinity_ttl
-            account = self._call(lambda store: store.get(upstream.name, conversation, ttl))
+            account = self._call(lambda store: _get(store, upstream.name, conversation, ttl))
         if account is None and ex.conversation is not None:
             account = ex.conversation.previous_account(upstream.name)
         return account
@@ -71,7 +72,7 @@ class Affinity:
         if conversation is None or account == preferred:
             return
         ttl = upstream.pool.affinity_ttl
-        self._call(lambda store: store.put(upstream.name, conversation, account, ttl))
+        self._call(lambda store: call_store(store, lambda: store.put(upstream.name, conversation, account, ttl)))
 
     def _call(self, op: Callable[[AffinityStore], T]) -> T | None:
         try:
@@ -79,3 +80,15 @@ class Affinity:
         except Exception:
             log.exception("affinity: the state store failed; the pool chooses the account")
             return None
+
+
+def _get(store: AffinityStore, upstream: str, conversation: str, ttl: float) -> str | None:
+    """The store's `get`: at once on this greenlet when the store can answer so (the state file's
+    read, `get_at_once`), else as its other calls run (on a thread, for a store that blocks)."""
+    at_once = getattr(store, "get_at_once", None)
+    if at_once is not None:
+        try:
+            return cast("str | None", at_once(upstream, conversation, ttl))
+        except NotNow:
+            pass
+    return call_store(store, lambda: store.get(upstream, conversation, ttl))

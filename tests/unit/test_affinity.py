@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from proxy.config import ConfigError
+from proxy.config import ConfigError, parse
 from proxy.config.state import StateConfig
 from proxy.pool import affinity as affinity_store
 from proxy.pool.affinity import AffinityStore, MemoryAffinity, SQLiteAffinity
@@ -154,3 +154,27 @@ def test_the_sqlite_store_keeps_its_connections_and_drops_one_an_error_went_thro
     with pytest.raises(sqlite3.ProgrammingError):
         failing.execute("SELECT 1")  # closed
     assert store.get("u", "c", 60) == "a2"  # a new connection serves the next one
+
+
+def test_the_sqlite_store_answers_at_once_unless_the_entry_is_due_for_its_extension(tmp_path: Path) -> None:
+    now = [1000.0]
+    store = SQLiteAffinity(open_state_file(tmp_path / "s.db"), clock=lambda: now[0])
+    assert store.get_at_once("u", "c", 60) is None  # nothing remembered: no need for the thread either
+    store.put("u", "c", "a1", 60)
+    assert store.get_at_once("u", "c", 60) == "a1"
+    now[0] += 31  # past half the TTL: the entry's extension is a write, made on a thread by `get`
+    with pytest.raises(affinity_store.NotNow):
+        store.get_at_once("u", "c", 60)
+
+    # Through the relay's side: the turn still finds its account, and the entry is extended.
+    relay_side = Affinity(local=store)
+    ex = turn({"user": "alice"})
+    up = registry.resolve(parse({"client_keys": ["sk-client"], "upstreams": [upstream("u")]})).upstreams[0]
+    conversation = relay_side.conversation(ex, up)
+    assert conversation is not None
+    store.put("u", conversation, "a1", up.pool.affinity_ttl)
+    now[0] += up.pool.affinity_ttl * 0.6
+    assert relay_side.preferred(ex, up, conversation) == "a1"  # due: on the thread, which extends it
+    now[0] += up.pool.affinity_ttl * 0.3
+    # Extended by that turn: answered at once (unextended, it would be due again, NotNow).
+    assert store.get_at_once("u", conversation, up.pool.affinity_ttl) == "a1"
