@@ -77,7 +77,10 @@ def request_for(client: str, model: str, stream: bool) -> tuple[str, dict[str, o
         return "/v1/messages", {"model": model, "max_tokens": 64, "messages": messages, "stream": stream}
     if client == "responses":
         return "/v1/responses", {"model": model, "input": "Say hello.", "stream": stream}
-    sys.exit(f"--pair: the client is chat, messages or responses, not {client!r}")
+    if client == "gemini":  # names its conversation by its first content: every request reads affinity
+        call = "streamGenerateContent?alt=sse" if stream else "generateContent"
+        return f"/v1beta/models/{model}:{call}", {"contents": [{"role": "user", "parts": [{"text": "Say hello."}]}]}
+    sys.exit(f"--pair: the client is chat, messages, responses or gemini, not {client!r}")
 
 
 def instructions(root: Path, pair: str, stream: bool, count: int) -> int:
