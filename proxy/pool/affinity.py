@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 MEMORY_ENTRIES = 100_000  # conversations one worker remembers at most (the oldest go first)
 PURGE_EVERY = 600.0  # seconds between two sweeps of expired rows from the SQLite table
 IDLE_CONNECTIONS = 8  # connections the SQLite store keeps open between operations, at most
+_LOOKUP = "SELECT account, expires FROM conversation_affinity WHERE upstream=? AND conversation=? AND expires>?"
 
 
 def digest(conversation: str) -> str:
@@ -44,6 +45,11 @@ class AffinityStore(Protocol):
 
     def get(self, upstream: str, conversation: str, ttl: float) -> str | None:
         """The account that served the conversation last, if remembered (its expiry extended to `ttl`)."""
+
+    def get_at_once(self, upstream: str, conversation: str, ttl: float) -> str | None:
+        """`get` on the caller's greenlet, or `NotNow` when it would block there (the caller then
+        makes `get` the way the store's calls are made: on a thread, for one that blocks). A store
+        that never blocks answers with `get` itself."""
 
     def put(self, upstream: str, conversation: str, account: str, ttl: float) -> None:
         """Remember that `account` served the conversation's latest turn."""
@@ -70,6 +76,8 @@ class MemoryAffinity:
             self._entries[(upstream, digest(conversation))] = (entry[0], now + ttl)
             self._entries.move_to_end((upstream, digest(conversation)))
             return entry[0]
+
+    get_at_once = get  # never blocks
 
     def put(self, upstream: str, conversation: str, account: str, ttl: float) -> None:
         with self._lock:
@@ -120,12 +128,12 @@ class SQLiteAffinity:
             self._at_once = self.file.connect(busy_timeout=0)
         now = self._clock()
         try:
-            row = self._at_once.execute("SELECT account, expires FROM conversation_affinity WHERE upstream=? AND "
-                                        "conversation=? AND expires>?",
-                                        (upstream, digest(conversation), now)).fetchone()
+            row = self._at_once.execute(_LOOKUP, (upstream, digest(conversation), now)).fetchone()
         except sqlite3.OperationalError as exc:
             if is_locked(exc):
                 raise NotNow from None
+            self._at_once.close()  # as `_session` does with a connection an error went through
+            self._at_once = None
             raise
         if row is None:
             return None
@@ -136,8 +144,7 @@ class SQLiteAffinity:
     def get(self, upstream: str, conversation: str, ttl: float) -> str | None:
         now = self._clock()
         with self._session() as db:
-            row = db.execute("SELECT account, expires FROM conversation_affinity WHERE upstream=? AND conversation=? "
-                             "AND expires>?", (upstream, digest(conversation), now)).fetchone()
+            row = db.execute(_LOOKUP, (upstream, digest(conversation), now)).fetchone()
             if row is None:
                 return None
             if row[1] < now + ttl / 2:  # extended at most every half TTL: most turns only read
@@ -169,6 +176,8 @@ class RedisAffinity:
         if value is None:
             return None
         return value.decode() if isinstance(value, bytes) else str(value)
+
+    get_at_once = get  # cooperative under gevent: never blocks the worker
 
     def put(self, upstream: str, conversation: str, account: str, ttl: float) -> None:
         self.client.set(key(self.state, "affinity", upstream, digest(conversation)), account, ex=max(1, int(ttl)))

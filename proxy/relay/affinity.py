@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import TypeVar, cast
+from typing import TypeVar
 
 from proxy.config import Upstream
 from proxy.pool.affinity import AffinityStore, MemoryAffinity, NotNow
@@ -83,12 +83,9 @@ class Affinity:
 
 
 def _get(store: AffinityStore, upstream: str, conversation: str, ttl: float) -> str | None:
-    """The store's `get`: at once on this greenlet when the store can answer so (the state file's
-    read, `get_at_once`), else as its other calls run (on a thread, for a store that blocks)."""
-    at_once = getattr(store, "get_at_once", None)
-    if at_once is not None:
-        try:
-            return cast("str | None", at_once(upstream, conversation, ttl))
-        except NotNow:
-            pass
-    return call_store(store, lambda: store.get(upstream, conversation, ttl))
+    """The store's `get`: at once on this greenlet when the store can answer so, else as its other
+    calls run (on a thread, for a store that blocks)."""
+    try:
+        return store.get_at_once(upstream, conversation, ttl)
+    except NotNow:
+        return call_store(store, lambda: store.get(upstream, conversation, ttl))

@@ -108,6 +108,9 @@ def test_every_store_remembers_per_upstream(store: AffinityStore) -> None:
     assert (store.get("u", "user:alice", 60), store.get("v", "user:alice", 60)) == ("acct-2", "acct-9")
     store.put("u", "user:alice", "acct-3", 60)
     assert store.get("u", "user:alice", 60) == "acct-3"
+    # What a turn reads first, on the request's greenlet: the same answers.
+    assert (store.get_at_once("u", "user:alice", 60), store.get_at_once("v", "user:alice", 60),
+            store.get_at_once("u", "user:bob", 60)) == ("acct-3", "acct-9", None)
 
 
 def test_memory_and_sqlite_entries_expire(tmp_path: Path) -> None:
@@ -165,6 +168,20 @@ def test_the_sqlite_store_answers_at_once_unless_the_entry_is_due_for_its_extens
     now[0] += 31  # past half the TTL: the entry's extension is a write, made on a thread by `get`
     with pytest.raises(affinity_store.NotNow):
         store.get_at_once("u", "c", 60)
+
+    # A failure that is not a lock (here the table gone for a moment) is raised, and its connection
+    # is not kept: the next lookup opens a new one.
+    broken = store._at_once
+    other = open_state_file(tmp_path / "s.db").connect()
+    other.execute("ALTER TABLE conversation_affinity RENAME TO gone")
+    with pytest.raises(sqlite3.OperationalError, match="no such table"):
+        store.get_at_once("u", "c", 60)
+    assert store._at_once is None and broken is not None
+    with pytest.raises(sqlite3.ProgrammingError):
+        broken.execute("SELECT 1")  # closed
+    other.execute("ALTER TABLE gone RENAME TO conversation_affinity")
+    now[0] -= 31
+    assert store.get_at_once("u", "c", 60) == "a1"
 
     # Through the relay's side: the turn still finds its account, and the entry is extended.
     relay_side = Affinity(local=store)
